@@ -1,0 +1,311 @@
+//! `PoolBuilder`: worker count, spin budget, pinning, names, start hook.
+
+use std::fmt;
+use std::io;
+
+use crate::dispatch::Shared;
+use crate::env::spin_budget_from_env;
+use crate::pool::Pool;
+use crate::sync::{thread, Arc};
+use crate::worker::run_worker;
+
+type StartHook = Arc<dyn Fn(usize) + Send + Sync + 'static>;
+
+/// Configures and starts a [`Pool`].
+///
+/// ```
+/// let pool = pool_core::Pool::builder()
+///     .workers(1)
+///     .spin(0)
+///     .thread_name_prefix("decode")
+///     .on_start(|worker| tracing::debug!(worker, "decode worker up"))
+///     .build()
+///     .expect("spawn workers");
+/// assert_eq!(pool.n_workers(), 1);
+/// ```
+#[must_use]
+pub struct PoolBuilder {
+    workers: usize,
+    spin: Option<usize>,
+    worker_cpus: Option<Vec<usize>>,
+    thread_name_prefix: String,
+    on_start: Option<StartHook>,
+    assume_cpus: Option<usize>,
+    stack_size: Option<usize>,
+}
+
+impl fmt::Debug for PoolBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolBuilder")
+            .field("workers", &self.workers)
+            .field("spin", &self.spin)
+            .field("worker_cpus", &self.worker_cpus)
+            .field("thread_name_prefix", &self.thread_name_prefix)
+            .field("on_start", &self.on_start.is_some())
+            .field("assume_cpus", &self.assume_cpus)
+            .finish()
+    }
+}
+
+impl Default for PoolBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PoolBuilder {
+    /// Zero workers (a caller-only pool), spin budget from the environment,
+    /// no pinning, threads named `pool-worker-{i}`.
+    pub fn new() -> PoolBuilder {
+        PoolBuilder {
+            workers: 0,
+            spin: None,
+            worker_cpus: None,
+            thread_name_prefix: "pool-worker".to_owned(),
+            on_start: None,
+            assume_cpus: None,
+            stack_size: None,
+        }
+    }
+
+    /// Worker threads to spawn; the caller makes `workers + 1` participants.
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// A fixed spin budget instead of `CMF_POOL_SPIN`.
+    pub fn spin(mut self, spins: usize) -> Self {
+        self.spin = Some(spins);
+        self
+    }
+
+    /// Pins worker `i` to logical CPU `cpus[i]`. `build` fails with
+    /// `InvalidInput` unless there is exactly one CPU per worker, and with
+    /// the OS error if a pin is refused.
+    pub fn pin_workers(mut self, cpus: Vec<usize>) -> Self {
+        self.worker_cpus = Some(cpus);
+        self
+    }
+
+    /// Names the threads `{prefix}-{i}`.
+    pub fn thread_name_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.thread_name_prefix = prefix.into();
+        self
+    }
+
+    /// Called on each worker thread, with its index, before it takes jobs
+    /// (after pinning). `build` returns after every hook returned.
+    pub fn on_start(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        self.on_start = Some(Arc::new(hook));
+        self
+    }
+
+    /// Decide oversubscription as if this process could use `cpus` CPUs,
+    /// instead of reading the affinity mask and cgroup quota. For tests,
+    /// models and planning for another machine.
+    pub fn assume_cpus(mut self, cpus: usize) -> Self {
+        self.assume_cpus = Some(cpus);
+        self
+    }
+
+    /// Stack size of each worker thread (default: the platform's).
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Spawns the workers and returns once all of them are running (their
+    /// kernel thread ids recorded, pins applied, start hooks returned).
+    pub fn build(self) -> io::Result<Pool> {
+        if let Some(cpus) = &self.worker_cpus {
+            if cpus.len() != self.workers {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "pin_workers got {} CPUs for {} workers; give exactly one per worker",
+                        cpus.len(),
+                        self.workers
+                    ),
+                ));
+            }
+        }
+        let spin_budget = self.spin.unwrap_or_else(spin_budget_from_env);
+        let cpus = self.assume_cpus.unwrap_or_else(usable_cpus).max(1);
+        let oversubscribed = self.workers + 1 > cpus;
+        let shared = Arc::new(Shared::new(self.workers, spin_budget, oversubscribed));
+        let startup = Arc::new(startup::Startup::new());
+
+        let mut pool = Pool {
+            shared: shared.clone(),
+            threads: Box::new([]),
+            handles: Vec::with_capacity(self.workers),
+            tids: Vec::new(),
+        };
+        let mut threads = Vec::with_capacity(self.workers);
+        for index in 0..self.workers {
+            let shared = shared.clone();
+            let startup = startup.clone();
+            let pin = self.worker_cpus.as_ref().map(|cpus| cpus[index]);
+            let hook = self.on_start.clone();
+            let mut builder =
+                thread::Builder::new().name(format!("{}-{index}", self.thread_name_prefix));
+            if let Some(bytes) = self.stack_size {
+                builder = builder.stack_size(bytes);
+            }
+            let spawned = builder.spawn(move || {
+                startup.register(index, pin, hook.as_deref());
+                drop(startup);
+                run_worker(shared, index);
+            });
+            match spawned {
+                Ok(handle) => {
+                    threads.push(handle.thread().clone());
+                    pool.handles.push(handle);
+                }
+                Err(err) => {
+                    // Dropping `pool` shuts down and joins what started.
+                    pool.threads = threads.into_boxed_slice();
+                    return Err(err);
+                }
+            }
+        }
+        pool.threads = threads.into_boxed_slice();
+        pool.tids = startup.wait_all(self.workers)?;
+        tracing::debug!(
+            workers = self.workers,
+            spin_budget,
+            oversubscribed,
+            cpus,
+            "pool-core: pool started ({} participants on {} usable CPUs)",
+            self.workers + 1,
+            cpus
+        );
+        Ok(pool)
+    }
+}
+
+/// CPUs this process may use: the affinity mask, bounded by the cgroup
+/// quota. Under loom the machine is mocked as never oversubscribed unless a
+/// model says otherwise with `assume_cpus`.
+#[cfg(not(loom))]
+fn usable_cpus() -> usize {
+    pool_topo::usable_cpus()
+}
+
+#[cfg(loom)]
+fn usable_cpus() -> usize {
+    usize::MAX
+}
+
+/// Worker registration: every worker's tid recorded before `build` returns.
+/// A per-pool record (a process-wide list shared by concurrent constructors
+/// once deadlocked a constructor).
+#[cfg(not(loom))]
+mod startup {
+    use std::io;
+
+    use crate::sync::{lock, Condvar, Mutex};
+
+    #[derive(Default)]
+    struct Record {
+        tids: Vec<(usize, i32)>,
+        errors: Vec<String>,
+    }
+
+    pub(super) struct Startup {
+        record: Mutex<Record>,
+        changed: Condvar,
+    }
+
+    impl Startup {
+        pub(super) fn new() -> Self {
+            Startup {
+                record: Mutex::new(Record::default()),
+                changed: Condvar::new(),
+            }
+        }
+
+        /// Runs on the new worker: pin, hook, record the tid.
+        pub(super) fn register(
+            &self,
+            index: usize,
+            pin: Option<usize>,
+            hook: Option<&(dyn Fn(usize) + Send + Sync)>,
+        ) {
+            let pin_error = pin.and_then(|cpu| {
+                pool_topo::pin_current_thread(&[cpu])
+                    .err()
+                    .map(|err| format!("worker {index}: pinning to CPU {cpu} failed: {err}"))
+            });
+            let hook_error = hook.and_then(|hook| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(index)))
+                    .err()
+                    .map(|_| format!("worker {index}: the on_start hook panicked"))
+            });
+            let mut record = lock(&self.record);
+            record.tids.push((index, current_tid()));
+            record.errors.extend(pin_error);
+            record.errors.extend(hook_error);
+            drop(record);
+            self.changed.notify_all();
+        }
+
+        /// Waits for `workers` registrations; their tids in worker order.
+        pub(super) fn wait_all(&self, workers: usize) -> io::Result<Vec<i32>> {
+            let mut record = lock(&self.record);
+            while record.tids.len() < workers {
+                record = match self.changed.wait(record) {
+                    Ok(guard) => guard,
+                    Err(poisoned) => poisoned.into_inner(),
+                };
+            }
+            if !record.errors.is_empty() {
+                return Err(io::Error::other(record.errors.join("; ")));
+            }
+            record.tids.sort_unstable();
+            Ok(record.tids.iter().map(|&(_, tid)| tid).collect())
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn current_tid() -> i32 {
+        // SAFETY: gettid takes no arguments and cannot fail.
+        unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn current_tid() -> i32 {
+        -1
+    }
+}
+
+/// Under loom, registration is not modelled: workers start taking jobs at
+/// once, which is exactly the race invariant 4 exists for.
+#[cfg(loom)]
+mod startup {
+    use std::io;
+
+    pub(super) struct Startup;
+
+    impl Startup {
+        pub(super) fn new() -> Self {
+            Startup
+        }
+
+        pub(super) fn register(
+            &self,
+            index: usize,
+            _pin: Option<usize>,
+            hook: Option<&(dyn Fn(usize) + Send + Sync)>,
+        ) {
+            if let Some(hook) = hook {
+                hook(index);
+            }
+        }
+
+        pub(super) fn wait_all(&self, _workers: usize) -> io::Result<Vec<i32>> {
+            Ok(Vec::new())
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! The dispatch protocol, caller side, and the state it shares with workers.
+//!
+//! # Memory ordering
+//!
+//! Guarantees given to users:
+//! - everything the caller wrote before `run` is visible to every
+//!   participant when it starts its share;
+//! - everything any participant wrote during its share is visible to the
+//!   caller when `run` returns.
+//!
+//! Which atomics carry them:
+//! - **publish**: the caller writes the worker's inbox (`job`) and then
+//!   stores the worker's `ticket` with `Release`; the worker loads its
+//!   `ticket` with `Acquire` (in `idle.rs`). Everything before the store,
+//!   including the inbox, happens-before the worker's share.
+//! - **complete**: each worker decrements `remaining` with `Release` after
+//!   its share; the caller loads `remaining` with `Acquire` until it reads 0.
+//!   The decrements form one release sequence on `remaining`, so reading 0
+//!   synchronises with every worker's decrement.
+//! - **wake**: the caller stores tickets, issues a `SeqCst` fence, then loads
+//!   each invited worker's `parked` flag; a worker about to park stores
+//!   `parked = true`, issues a `SeqCst` fence, then re-loads its ticket. The
+//!   two fences are totally ordered, so at least one side sees the other's
+//!   store: either the worker sees its new ticket and does not park, or the
+//!   caller sees `parked` and unparks it (park/unpark keep one token, so an
+//!   unpark that arrives before the park is not lost). `parked` itself can be
+//!   `Relaxed`: the fences order it.
+//! - `epoch`, `spin_budget`: hints only (whether to keep spinning), `Relaxed`.
+//! - `remaining = k` is stored `Relaxed` before the `Release` ticket stores,
+//!   so a worker that acquired its ticket sees it.
+//!
+//! # Invariants
+//!
+//! 1. Only a ticket holder reads an inbox, and a worker reads only its own.
+//!    The caller rewrites a worker's inbox only after `remaining` reached 0
+//!    for the previous job, so no inbox read ever races a write.
+//! 2. The caller bumps a worker's ticket again only after that worker's
+//!    decrement for the previous job (`run` waits for `remaining == 0`, and
+//!    callers take turns on `turn`), so a worker never misses or doubles a
+//!    job: each ticket value differs from the last by exactly one job.
+//! 3. An uninvited worker's ticket is not bumped, so it never reads an inbox
+//!    and never touches `remaining`. (The first failed protocol let every
+//!    worker read one shared descriptor on each epoch bump; see
+//!    docs/design.md.)
+//! 4. A worker's last-seen ticket starts at the construction value 0, never
+//!    a fresh read, so a ticket issued before the OS starts the thread is
+//!    still seen as new.
+
+use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
+
+use crossbeam_utils::CachePadded;
+
+use crate::job::{Job, JobFn};
+use crate::sync::{fence, lock, process, spin_loop, thread, thread_local};
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, UnsafeCell};
+
+/// The caller waits this many spins before yielding when the pool is
+/// oversubscribed: a ticket holder may be waiting for this very CPU.
+pub(crate) const OVERSUBSCRIBED_SPINS_BEFORE_YIELD: u32 = 64;
+
+/// Even with a CPU per thread, a caller that has spun this long yields: a
+/// worker may have been descheduled by another process.
+const CALLER_SPINS_BEFORE_YIELD: u32 = 1 << 16;
+
+/// Jobs handed to at least one worker since process start, all pools.
+static DISPATCHES: process::AtomicU64 = process::AtomicU64::new(0);
+
+/// Jobs handed to at least one worker since process start, summed over all
+/// pools in the process. Inline runs (caller-only pools, nested calls,
+/// `run_limited(0, ..)`) are not counted.
+///
+/// ```
+/// let before = pool_core::dispatch_count();
+/// let pool = pool_core::Pool::with_spin(1, 0);
+/// pool.run(&|_, _| {});
+/// assert!(pool_core::dispatch_count() > before);
+/// ```
+pub fn dispatch_count() -> u64 {
+    DISPATCHES.load(process::Ordering::Relaxed)
+}
+
+/// One worker's slot. The inbox line is written only by the caller, the
+/// `parked` line only by the worker, so neither bounces on the other's
+/// writes.
+pub(crate) struct WorkerSlot {
+    pub(crate) inbox: CachePadded<Inbox>,
+    /// Set by the worker just before it parks, cleared after it wakes.
+    pub(crate) parked: CachePadded<AtomicBool>,
+}
+
+/// Ticket and job descriptor share a line: a worker that sees its new
+/// ticket finds the job in the same cache-line transfer.
+pub(crate) struct Inbox {
+    /// Jobs handed to this worker so far; only the caller writes it.
+    pub(crate) ticket: AtomicUsize,
+    /// The job the current ticket was issued for (invariant 1).
+    pub(crate) job: UnsafeCell<Job>,
+}
+
+// SAFETY: `job` is the only non-`Sync` part. It is written by the caller only
+// while the worker holds no ticket for an unfinished job, and read by the
+// worker only between acquiring its ticket and its `remaining` decrement
+// (invariant 1); the Release/Acquire pairs on `ticket` and `remaining` order
+// every write before every read that follows it.
+unsafe impl Sync for Inbox {}
+// SAFETY: `Job` is a pointer to a `Sync` closure; moving the inbox to another
+// thread moves no ownership of it, and all access follows invariant 1.
+unsafe impl Send for Inbox {}
+
+/// State shared by the pool handle and its workers.
+pub(crate) struct Shared {
+    pub(crate) slots: Box<[WorkerSlot]>,
+    /// Ticket holders that have not finished the current job.
+    pub(crate) remaining: CachePadded<AtomicUsize>,
+    /// Bumped once per published job, invited or not: tells a spinning
+    /// worker the pool is busy, so it re-arms its spin budget.
+    pub(crate) epoch: CachePadded<AtomicUsize>,
+    pub(crate) settings: CachePadded<Settings>,
+    /// Callers take turns: one job in flight per pool.
+    pub(crate) turn: Mutex<()>,
+    /// The first panic payload caught from a worker during the current job.
+    pub(crate) worker_panic: Mutex<Option<Box<dyn Any + Send + 'static>>>,
+}
+
+/// Rarely written words, read by spinning workers.
+pub(crate) struct Settings {
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) spin_budget: AtomicUsize,
+    /// More threads (workers + caller) than CPUs this process may use.
+    pub(crate) oversubscribed: bool,
+}
+
+thread_local! {
+    /// The pool whose job this thread is running now (0: none). A `run` on
+    /// that same pool from inside the job runs inline instead of waiting for
+    /// a turn it already holds.
+    // loom's `thread_local!` takes no `const {}` initialiser.
+    #[allow(clippy::missing_const_for_thread_local)]
+    static ACTIVE_POOL: std::cell::Cell<usize> = std::cell::Cell::new(0);
+}
+
+/// Marks this thread as running a job of `pool` for `f`'s duration,
+/// restoring the previous mark even if `f` unwinds.
+#[inline]
+pub(crate) fn with_active_pool<R>(pool: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0;
+            ACTIVE_POOL.with(|active| active.set(previous));
+        }
+    }
+    let _restore = Restore(ACTIVE_POOL.with(|active| active.replace(pool)));
+    f()
+}
+
+/// Whether this thread is inside a job of `pool`.
+#[inline]
+fn inside_pool(pool: usize) -> bool {
+    ACTIVE_POOL.with(|active| active.get() == pool)
+}
+
+impl Shared {
+    pub(crate) fn new(workers: usize, spin_budget: usize, oversubscribed: bool) -> Shared {
+        let slots = (0..workers)
+            .map(|_| WorkerSlot {
+                inbox: CachePadded::new(Inbox {
+                    ticket: AtomicUsize::new(0),
+                    job: UnsafeCell::new(Job::none()),
+                }),
+                parked: CachePadded::new(AtomicBool::new(false)),
+            })
+            .collect();
+        Shared {
+            slots,
+            remaining: CachePadded::new(AtomicUsize::new(0)),
+            epoch: CachePadded::new(AtomicUsize::new(0)),
+            settings: CachePadded::new(Settings {
+                shutdown: AtomicBool::new(false),
+                spin_budget: AtomicUsize::new(spin_budget),
+                oversubscribed,
+            }),
+            turn: Mutex::new(()),
+            worker_panic: Mutex::new(None),
+        }
+    }
+
+    /// An identity for the nested-call check: the shared state's address.
+    #[inline]
+    pub(crate) fn id(&self) -> usize {
+        self as *const Shared as usize
+    }
+
+    /// Runs `f(idx, n)` for the caller and the first `invited` workers
+    /// (`n = invited + 1`), returning once every participant finished, and
+    /// re-raising a participant's panic. `threads[i]` is worker `i`'s handle.
+    pub(crate) fn run(&self, threads: &[Thread], invited: usize, f: &JobFn<'_>) {
+        let invited = invited.min(self.slots.len());
+        let id = self.id();
+        if invited == 0 || inside_pool(id) {
+            // Caller-only job, or a job calling into its own pool: the turn
+            // is already held (or not needed); run the whole job here.
+            with_active_pool(id, || f(0, 1));
+            return;
+        }
+        let turn = lock(&self.turn);
+        let caller_result = self.publish_and_join(threads, invited, f);
+        let worker_panic = lock(&self.worker_panic).take();
+        drop(turn);
+        match caller_result {
+            // The caller's own panic wins; a worker's is dropped with it.
+            Err(payload) => panic::resume_unwind(payload),
+            Ok(()) => {
+                if let Some(payload) = worker_panic {
+                    panic::resume_unwind(payload);
+                }
+            }
+        }
+    }
+
+    /// Steps 1-5 of the protocol. Must hold `turn`.
+    fn publish_and_join(
+        &self,
+        threads: &[Thread],
+        invited: usize,
+        f: &JobFn<'_>,
+    ) -> Result<(), Box<dyn Any + Send + 'static>> {
+        let participants = invited + 1;
+        let job = Job::new(f, participants);
+        // 1. Descriptor and count. Relaxed: published by the Release ticket
+        //    stores below.
+        self.remaining.store(invited, Ordering::Relaxed);
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        // 2. Inbox, then ticket with Release: pairs with the worker's Acquire
+        //    ticket load in `idle::wait_for_ticket`.
+        for slot in &self.slots[..invited] {
+            let inbox = &slot.inbox;
+            // SAFETY: invariant 1: this worker finished its previous job
+            // (`remaining` reached 0 before the last `run` returned, and we
+            // hold `turn`), and its ticket is not yet bumped, so it is not
+            // reading its inbox.
+            inbox.job.with_mut(|job_ptr| unsafe { job_ptr.write(job) });
+            let ticket = inbox.ticket.load(Ordering::Relaxed);
+            inbox
+                .ticket
+                .store(ticket.wrapping_add(1), Ordering::Release);
+        }
+        DISPATCHES.fetch_add(1, process::Ordering::Relaxed);
+        // 3. Pairs with the worker's fence between `parked = true` and its
+        //    ticket re-check: one of us sees the other's store.
+        fence(Ordering::SeqCst);
+        for (slot, thread) in self.slots[..invited].iter().zip(threads) {
+            if slot.parked.load(Ordering::Relaxed) {
+                thread.unpark();
+            }
+        }
+        // 4. The caller's share, as the last participant.
+        let id = self.id();
+        let caller_result = panic::catch_unwind(AssertUnwindSafe(|| {
+            with_active_pool(id, || f(invited, participants))
+        }));
+        // 5. Barrier: even if the caller panicked, every ticket holder must
+        //    finish before `f`'s borrow may end.
+        self.wait_for_workers();
+        caller_result
+    }
+
+    /// Waits until `remaining == 0`. Acquire: pairs with every worker's
+    /// Release decrement (one release sequence), so their writes are visible.
+    #[inline]
+    fn wait_for_workers(&self) {
+        let yield_after = if self.settings.oversubscribed {
+            OVERSUBSCRIBED_SPINS_BEFORE_YIELD
+        } else {
+            CALLER_SPINS_BEFORE_YIELD
+        };
+        let mut spins: u32 = 0;
+        while self.remaining.load(Ordering::Acquire) != 0 {
+            if spins < yield_after {
+                spins += 1;
+                spin_loop();
+            } else {
+                thread::yield_now();
+            }
+        }
+    }
+
+    /// Records a worker's panic payload if it is the first of this job.
+    #[cold]
+    pub(crate) fn record_worker_panic(&self, payload: Box<dyn Any + Send + 'static>) {
+        let mut slot = lock(&self.worker_panic);
+        if slot.is_none() {
+            *slot = Some(payload);
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! A persistent spin-then-park fork-join pool for decode-path work.
+//!
+//! Workers are spawned once and live as long as the [`Pool`]. A job is one
+//! closure `f(idx, n)` run once by every participant; the calling thread is
+//! always the last participant. Handing out a job costs one cache-line
+//! transfer per invited worker plus one fence, and a worker that is still
+//! spinning costs no syscall to wake. See `docs/design.md` for the protocol
+//! and its proof sketch.
+//!
+//! ```
+//! let pool = pool_core::Pool::new(1);
+//! let mut out = [0u64; 2];
+//! let cells: Vec<_> = out.iter_mut().map(std::sync::Mutex::new).collect();
+//! pool.run(&|idx, _n| **cells[idx].lock().unwrap() = idx as u64 + 10);
+//! drop(cells);
+//! assert_eq!(out, [10, 11]);
+//! ```
+//!
+//! Environment: `CMF_POOL_SPIN` (spin budget, default 4000; 0 parks at once).
+//! Width and placement come from `pool-topo` through [`Pool::from_env`].
+
+mod builder;
+mod dispatch;
+mod env;
+mod idle;
+mod job;
+mod placement;
+mod pool;
+mod sync;
+mod worker;
+
+pub use builder::PoolBuilder;
+pub use dispatch::dispatch_count;
+pub use env::{
+    parse_spin_budget, spin_budget_from_env, InvalidSpinBudget, DEFAULT_SPIN_BUDGET, SPIN_ENV,
+};
+pub use pool::Pool;

@@ -1,0 +1,152 @@
+//! The public pool type and its lifecycle.
+
+use std::fmt;
+
+use crate::builder::PoolBuilder;
+use crate::dispatch::Shared;
+use crate::sync::{fence, Arc, JoinHandle, Ordering, Thread};
+
+/// A persistent fork-join pool: `workers` threads spawned once, plus the
+/// calling thread, which always takes part as the last participant.
+///
+/// Each job is one closure `f(idx, n)`, called once for every participant
+/// `idx` in `0..n`. `run` returns only after every participant finished, so
+/// `f` may borrow freely from the caller's stack.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// let pool = pool_core::Pool::new(2);
+/// let calls = AtomicUsize::new(0);
+/// pool.run(&|idx, n| {
+///     assert!(idx < n);
+///     calls.fetch_add(1, Ordering::Relaxed);
+/// });
+/// assert_eq!(calls.load(Ordering::Relaxed), pool.n_workers() + 1);
+/// ```
+///
+/// Panics in any participant are caught, every participant still finishes,
+/// and `run` re-raises one payload (the caller's own, else the first
+/// worker's); the pool stays usable. Two threads calling `run` on one pool
+/// take turns; a job calling `run` on its own pool runs that inner job inline
+/// as `f(0, 1)`.
+pub struct Pool {
+    pub(crate) shared: Arc<Shared>,
+    /// Worker `i`'s handle, for `unpark`.
+    pub(crate) threads: Box<[Thread]>,
+    pub(crate) handles: Vec<JoinHandle<()>>,
+    pub(crate) tids: Vec<i32>,
+}
+
+impl Pool {
+    /// A pool of `workers` threads (plus the caller), spin budget from
+    /// `CMF_POOL_SPIN` (default 4000; an invalid value is warned about and
+    /// the default used).
+    ///
+    /// # Panics
+    ///
+    /// If the OS refuses to spawn a thread; use [`Pool::builder`] to handle
+    /// that as an error.
+    pub fn new(workers: usize) -> Pool {
+        Self::expect_built(Pool::builder().workers(workers).build())
+    }
+
+    /// A pool of `workers` threads with a fixed spin budget (`0`: park as
+    /// soon as idle, for sharing the machine).
+    ///
+    /// # Panics
+    ///
+    /// If the OS refuses to spawn a thread.
+    pub fn with_spin(workers: usize, spin: usize) -> Pool {
+        Self::expect_built(Pool::builder().workers(workers).spin(spin).build())
+    }
+
+    fn expect_built(result: std::io::Result<Pool>) -> Pool {
+        match result {
+            Ok(pool) => pool,
+            Err(err) => panic!("pool-core: could not start the pool's workers: {err}"),
+        }
+    }
+
+    /// A builder for worker count, spin budget, pinning, thread names and an
+    /// on-start hook.
+    pub fn builder() -> PoolBuilder {
+        PoolBuilder::new()
+    }
+
+    /// Worker threads (not counting the caller).
+    #[inline]
+    pub fn n_workers(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Runs `f(idx, n)` for every `idx` in `0..n`, `n = n_workers() + 1`;
+    /// the calling thread is `idx = n - 1`.
+    #[inline]
+    pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
+        self.shared.run(&self.threads, self.threads.len(), f);
+    }
+
+    /// Runs `f(idx, n)` on workers `0..k` and the caller only,
+    /// `k = min(max_workers, n_workers())`, `n = k + 1`. The other workers
+    /// neither run nor wait: a job with few grains wakes only what it needs.
+    #[inline]
+    pub fn run_limited(&self, max_workers: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+        self.shared.run(&self.threads, max_workers, f);
+    }
+
+    /// The current spin budget (spins before an idle worker parks).
+    pub fn spin_budget(&self) -> usize {
+        self.shared.settings.spin_budget.load(Ordering::Relaxed)
+    }
+
+    /// Sets the spin budget; idle workers pick it up at their next wait.
+    pub fn set_spin_budget(&self, spins: usize) {
+        // Relaxed: a tuning hint, read at the start of each wait.
+        self.shared
+            .settings
+            .spin_budget
+            .store(spins, Ordering::Relaxed);
+    }
+
+    /// Whether workers + caller exceed the CPUs this process may use
+    /// (affinity mask and cgroup quota). Waiting then yields early.
+    pub fn is_oversubscribed(&self) -> bool {
+        self.shared.settings.oversubscribed
+    }
+
+    /// The workers' kernel thread ids (Linux), in worker order, all recorded
+    /// before the constructor returned. Empty on other systems.
+    pub fn worker_tids(&self) -> Vec<i32> {
+        self.tids.clone()
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("workers", &self.n_workers())
+            .field("spin_budget", &self.spin_budget())
+            .field("oversubscribed", &self.is_oversubscribed())
+            .finish()
+    }
+}
+
+impl Drop for Pool {
+    /// Wakes every worker, parked or spinning, and joins them. No job can be
+    /// in flight: `run` borrows the pool.
+    fn drop(&mut self) {
+        // Release: pairs with the workers' Acquire loads of `shutdown`.
+        self.shared.settings.shutdown.store(true, Ordering::Release);
+        // Pairs with a parking worker's fence: it either sees `shutdown`, or
+        // is parked (or about to be) and gets the unpark below.
+        fence(Ordering::SeqCst);
+        for thread in self.threads.iter() {
+            thread.unpark();
+        }
+        for handle in self.handles.drain(..) {
+            if handle.join().is_err() {
+                tracing::error!("pool-core: a worker thread panicked outside a job");
+            }
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! The facade: the only file in pool-core that names std or loom primitives.
+//!
+//! Everything the dispatch protocol touches (atomics, fences, `UnsafeCell`,
+//! threads, park/unpark, spin hints, locks, thread-locals) is re-exported
+//! from here, from `std` in normal builds and from `loom` when the crate is
+//! compiled with `RUSTFLAGS="--cfg loom"`. The loom models in `loom-tests/`
+//! therefore check the very same protocol code that ships.
+//!
+//! Under loom the spin counts shrink (see [`SPIN_SCALE_SHIFT`]) so that a
+//! model explores interleavings rather than iterations.
+
+#[cfg(not(loom))]
+mod imp {
+    pub(crate) use std::hint::spin_loop;
+    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+    pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+    pub(crate) use std::thread::{self, JoinHandle, Thread};
+    pub(crate) use std::thread_local;
+
+    /// `UnsafeCell` with loom's closure-based access API, so call sites
+    /// read the same under both builds.
+    #[derive(Debug)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            Self(std::cell::UnsafeCell::new(value))
+        }
+
+        #[inline(always)]
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+
+        #[inline(always)]
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+
+    /// Spins are counted in real iterations outside loom.
+    pub(crate) const SPIN_SCALE_SHIFT: u32 = 0;
+}
+
+#[cfg(loom)]
+mod imp {
+    pub(crate) use loom::cell::UnsafeCell;
+    pub(crate) use loom::hint::spin_loop;
+    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+    pub(crate) use loom::thread::{self, JoinHandle, Thread};
+    pub(crate) use loom::thread_local;
+
+    /// Under loom every spin is a scheduling point: divide budgets by 2^10
+    /// so a budget of 4000 becomes 3 model steps instead of 4000.
+    pub(crate) const SPIN_SCALE_SHIFT: u32 = 10;
+}
+
+pub(crate) use imp::*;
+
+/// Process-wide telemetry counters. These are plain `std` atomics even under
+/// loom: they are statistics, not part of the protocol, and loom atomics
+/// cannot live in a `static`.
+pub(crate) mod process {
+    pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+}
+
+/// A lock that tolerates poisoning: the pool re-raises participant panics
+/// itself, so a poisoned guard carries no information we need.
+#[inline]
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}

@@ -1,0 +1,47 @@
+//! The worker thread: wait for a ticket, run the job, report completion.
+
+use std::panic::{self, AssertUnwindSafe};
+
+use crate::dispatch::{with_active_pool, Shared};
+use crate::idle::{wait_for_ticket, Wake};
+use crate::sync::{Arc, Ordering};
+
+/// The worker loop, run until the pool shuts down.
+pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
+    let pool_id = shared.id();
+    let slot = &shared.slots[index];
+    // Invariant 4: the construction value, never a fresh read. A ticket
+    // handed out before the OS started this thread would otherwise be taken
+    // as already seen, and the caller would wait forever.
+    #[cfg(not(pool_broken_baseline))]
+    let mut seen = 0usize;
+    // A deliberately broken variant, built only by the loom-tests crate to
+    // prove its models catch this bug (`--cfg pool_broken_baseline`).
+    #[cfg(pool_broken_baseline)]
+    let mut seen = slot.inbox.ticket.load(Ordering::Acquire);
+    loop {
+        match wait_for_ticket(&shared, index, seen) {
+            Wake::Shutdown => return,
+            Wake::Ticket(ticket) => {
+                seen = ticket;
+                // SAFETY: we hold the ticket issued for this inbox's job and
+                // have not decremented `remaining` (invariant 1); the Acquire
+                // ticket load ordered the caller's write before this read.
+                let job = slot.inbox.job.with(|job| unsafe { *job });
+                let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+                    // SAFETY: the publishing `run` waits for our decrement
+                    // below before its closure's borrow ends.
+                    with_active_pool(pool_id, || unsafe { job.call(index) })
+                }));
+                if let Err(payload) = outcome {
+                    shared.record_worker_panic(payload);
+                }
+                // Release: pairs with the caller's Acquire load of
+                // `remaining`; our share's writes and any recorded panic are
+                // visible once it reads 0. After this line the job's closure
+                // may be gone: touch nothing of it.
+                shared.remaining.fetch_sub(1, Ordering::Release);
+            }
+        }
+    }
+}

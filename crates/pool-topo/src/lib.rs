@@ -1,0 +1,51 @@
+//! Size and place a decode thread pool from the machine's real topology.
+//!
+//! - how wide: [`resolve_cpu_threads`] (explicit value, `FERROX_CPU_THREADS`,
+//!   `RAYON_NUM_THREADS`, then physical performance cores inside the
+//!   affinity mask and cgroup quota, capped at 32);
+//! - where: [`plan_cpu_pool`] pins workers to distinct physical cores first,
+//!   siblings only when cores run out, optionally reserving a coordinator
+//!   core; [`bind_to_node`] keeps the pool on the NUMA node holding the
+//!   weights.
+//!
+//! Every reader takes a root path, so tests run against fixture trees of
+//! hosts we do not have. Unreadable files degrade to a documented fallback,
+//! logged with `tracing`; they never fail detection.
+//!
+//! ```
+//! let topology = pool_topo::CpuTopology::detect();
+//! let width = pool_topo::resolve_cpu_threads(None);
+//! let plan = pool_topo::plan_cpu_pool_in(&topology, width.threads, false);
+//! assert_eq!(plan.workers + 1, width.threads);
+//! ```
+
+mod affinity;
+mod cgroup;
+mod cpulist;
+mod error;
+mod hetero;
+mod numa;
+mod plan;
+mod topology;
+mod width;
+
+pub use affinity::{pin_current_thread, process_affinity_cpus, usable_cpus};
+pub use cgroup::{parse_cpu_max, quota_cpus, quota_cpus_in, CGROUP_ROOT};
+pub use cpulist::{format_cpu_list, parse_cpu_list};
+pub use error::TopoError;
+pub use hetero::{ClassSource, CoreClass};
+pub use numa::{
+    bind_to_node, decide_numa_node, node_of_pages, numa_maps_counts, numa_nodes,
+    numa_setting_from_env, parse_numa_setting, NumaDecision, NumaNode, NumaSetting, PagePlacement,
+    PlacementMethod, BIND_THRESHOLD_PERCENT, MAX_SAMPLE_PAGES, NUMA_ENV, SYSFS_NODE_ROOT,
+};
+pub use plan::{
+    clamp_intra_op_threads, placement_order, plan_cpu_pool, plan_cpu_pool_in, CpuPoolPlan,
+};
+pub use topology::{
+    perf_core_count, physical_core_count, CpuTopology, PhysicalCore, SYSFS_CPU_ROOT,
+};
+pub use width::{
+    default_cpu_threads, resolve_cpu_threads, resolve_cpu_threads_with, ResolvedWidth, WidthSource,
+    FERROX_THREADS_ENV, MAX_DEFAULT_THREADS, RAYON_THREADS_ENV,
+};
