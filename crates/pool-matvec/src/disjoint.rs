@@ -1,0 +1,50 @@
+//! Handing disjoint row ranges of one `&mut [T]` to several participants.
+
+use std::marker::PhantomData;
+
+/// A `&mut [T]` split by range across threads.
+///
+/// # Invariants
+///
+/// Built from a `&mut [T]` borrowed for `'a`, so nothing else touches the
+/// slice meanwhile. [`DisjointRows::rows`] must be called with ranges that
+/// never overlap while any earlier one is alive: `run_rows` hands out each
+/// range exactly once per job.
+pub(crate) struct DisjointRows<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _borrow: PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: sharing a `DisjointRows` lets threads obtain `&mut` to disjoint
+// ranges only (type invariant), which is what `T: Send` permits.
+unsafe impl<T: Send> Sync for DisjointRows<'_, T> {}
+
+impl<'a, T> DisjointRows<'a, T> {
+    pub(crate) fn new(slice: &'a mut [T]) -> Self {
+        DisjointRows {
+            ptr: slice.as_mut_ptr(),
+            len: slice.len(),
+            _borrow: PhantomData,
+        }
+    }
+
+    /// The elements `start..end`.
+    ///
+    /// # Safety
+    ///
+    /// No other live reference from this `DisjointRows` may overlap
+    /// `start..end` (the type's invariant).
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn rows(&self, start: usize, end: usize) -> &mut [T] {
+        assert!(
+            start <= end && end <= self.len,
+            "rows {start}..{end} of {}",
+            self.len
+        );
+        // SAFETY: in bounds (checked above) of the slice borrowed for 'a;
+        // exclusive by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), end - start) }
+    }
+}

@@ -1,0 +1,38 @@
+//! Row parallelism and bit-exact decode kernels on `pool-core`.
+//!
+//! - [`RowParallel::run_rows`] / [`RowParallel::run_many`]: one dispatch per
+//!   job (or per group of matrices sharing an input), participants pulling
+//!   [`grain_for`]-sized row ranges from a shared cursor;
+//! - [`matvec_rows`], [`matvec_rows2`]: f32 matvec bit-identical to the
+//!   naive loop for any thread count;
+//! - [`matvec_f32_fast`]: SIMD f32 with a fixed reduction order;
+//! - [`matvec_q8_0`]: GGUF Q8_0 weights, AVX2 and scalar bit-identical;
+//! - [`decode`]: a synthetic decode step to measure all of it.
+//!
+//! ```
+//! use pool_matvec::RowParallel;
+//! let pool = pool_core::Pool::new(1);
+//! let rows = std::sync::atomic::AtomicUsize::new(0);
+//! pool.run_rows(1000, &|start, end| {
+//!     rows.fetch_add(end - start, std::sync::atomic::Ordering::Relaxed);
+//! });
+//! assert_eq!(rows.into_inner(), 1000);
+//! ```
+
+pub mod decode;
+mod disjoint;
+mod each;
+mod exact;
+mod fast;
+mod q8_0;
+mod rows;
+mod shape;
+
+pub use each::{for_each_chunk_init, for_each_row};
+pub use exact::{matvec_naive, matvec_rows, matvec_rows2};
+pub use fast::{dot_fast, dot_fast_portable, matvec_f32_fast};
+pub use q8_0::{
+    dequantize_q8_0, dot_q8_0, dot_q8_0_scalar, matvec_q8_0, quantize_q8_0, BlockQ8_0, QK8_0,
+};
+pub use rows::{grain_for, RowFn, RowParallel, GRAINS_PER_PARTICIPANT, MIN_GRAIN};
+pub use shape::{should_parallelize, PARALLEL_THRESHOLD};

@@ -1,0 +1,193 @@
+//! Q8_0: GGUF's 8-bit block format, and its matvec.
+//!
+//! A block is 32 `i8` weights and one `f16` scale `d` (34 bytes, the layout
+//! GGUF and llama.cpp use): value `j` is `d * qs[j]`. As in llama.cpp, the
+//! activation is quantized to Q8_0 too, and each row is
+//! `sum_b (d_w[b] * d_x[b]) * sumi[b]` with `sumi[b]` the exact integer dot
+//! of block `b`. The integer part is exact on every path (AVX2 widens to
+//! i16 and uses `madd`, so even -128 never saturates); the float part is
+//! accumulated in plain block order on every path. AVX2 and scalar therefore
+//! agree bit for bit, for any thread count.
+
+use half::f16;
+use pool_core::Pool;
+
+use crate::disjoint::DisjointRows;
+use crate::rows::run_rows_on;
+use crate::shape::should_parallelize;
+
+/// Weights per Q8_0 block.
+pub const QK8_0: usize = 32;
+
+/// One Q8_0 block: scale, then 32 quantized values (GGUF layout).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockQ8_0 {
+    /// The scale: value `j` is `d * qs[j]`.
+    pub d: f16,
+    /// The quantized values.
+    pub qs: [i8; QK8_0],
+}
+
+/// Quantizes `x` to Q8_0 as llama.cpp's reference does: `d = max|x| / 127`,
+/// `qs = round(x / d)` (half away from zero), `d` stored as f16.
+///
+/// # Panics
+///
+/// If `x.len()` is not a multiple of 32.
+///
+/// ```
+/// let blocks = pool_matvec::quantize_q8_0(&[1.0; 32]);
+/// assert_eq!(blocks[0].qs, [127; 32]);
+/// ```
+pub fn quantize_q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
+    assert!(
+        x.len().is_multiple_of(QK8_0),
+        "quantize_q8_0: {} values is not a multiple of the block size {QK8_0}",
+        x.len()
+    );
+    x.chunks_exact(QK8_0)
+        .map(|values| {
+            let amax = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            let mut qs = [0i8; QK8_0];
+            for (q, v) in qs.iter_mut().zip(values) {
+                *q = (v * id).round() as i8;
+            }
+            BlockQ8_0 {
+                d: f16::from_f32(d),
+                qs,
+            }
+        })
+        .collect()
+}
+
+/// The values a block row stands for.
+pub fn dequantize_q8_0(blocks: &[BlockQ8_0]) -> Vec<f32> {
+    blocks
+        .iter()
+        .flat_map(|b| {
+            let d = b.d.to_f32();
+            b.qs.iter().map(move |&q| d * q as f32)
+        })
+        .collect()
+}
+
+/// `out = W x` for Q8_0 weights (`w` row-major, `x.len() / 32` blocks per
+/// row), with `x` quantized to Q8_0 first. Deterministic across thread
+/// counts; AVX2 and scalar paths agree bit for bit.
+///
+/// # Panics
+///
+/// If `x.len()` is not a multiple of 32, or `w` holds fewer than
+/// `out.len() * x.len() / 32` blocks (message names the shapes).
+pub fn matvec_q8_0(pool: Option<&Pool>, w: &[BlockQ8_0], x: &[f32], out: &mut [f32]) {
+    let (rows, cols) = (out.len(), x.len());
+    assert!(
+        cols.is_multiple_of(QK8_0),
+        "matvec_q8_0: row length {cols} is not a multiple of the block size {QK8_0}"
+    );
+    let blocks_per_row = cols / QK8_0;
+    assert!(
+        w.len() >= rows * blocks_per_row,
+        "matvec_q8_0: weights hold {} blocks but out has {rows} rows of {cols} columns \
+         (need {rows} x {blocks_per_row} blocks)",
+        w.len()
+    );
+    let xq = quantize_q8_0(x);
+    let dot = select_dot();
+    let pool = pool.filter(|_| should_parallelize(rows, cols));
+    let out = DisjointRows::new(out);
+    run_rows_on(pool, rows, &|start, end| {
+        // SAFETY: run_rows hands out each range once (DisjointRows invariant).
+        let out = unsafe { out.rows(start, end) };
+        for (o, value) in out.iter_mut().enumerate() {
+            let row = start + o;
+            *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], &xq);
+        }
+    });
+}
+
+/// One row's dot product, scalar path.
+pub fn dot_q8_0_scalar(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
+    accumulate(w, x, |a, b| {
+        a.iter()
+            .zip(b)
+            .map(|(&p, &q)| i32::from(p) * i32::from(q))
+            .sum()
+    })
+}
+
+/// One row's dot product by the best path this CPU has.
+pub fn dot_q8_0(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
+    select_dot()(w, x)
+}
+
+/// The float part, shared by every path: plain block order.
+#[inline(always)]
+fn accumulate(
+    w: &[BlockQ8_0],
+    x: &[BlockQ8_0],
+    sumi: impl Fn(&[i8; QK8_0], &[i8; QK8_0]) -> i32,
+) -> f32 {
+    let mut acc = 0.0f32;
+    for (bw, bx) in w.iter().zip(x) {
+        acc += sumi(&bw.qs, &bx.qs) as f32 * (bw.d.to_f32() * bx.d.to_f32());
+    }
+    acc
+}
+
+type DotFn = fn(&[BlockQ8_0], &[BlockQ8_0]) -> f32;
+
+fn select_dot() -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        return avx2::dot;
+    }
+    dot_q8_0_scalar
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{accumulate, BlockQ8_0, QK8_0};
+
+    /// Safe entry: only selected after AVX2 was detected.
+    pub(super) fn dot(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
+        // SAFETY: `select_dot` returns this function only when the CPU
+        // reports AVX2.
+        accumulate(w, x, |a, b| unsafe { sumi_avx2(a, b) })
+    }
+
+    /// The exact integer dot of one block pair.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn sumi_avx2(a: &[i8; QK8_0], b: &[i8; QK8_0]) -> i32 {
+        // SAFETY: both arrays are exactly 32 bytes: one unaligned load each.
+        let (va, vb) = unsafe {
+            (
+                _mm256_loadu_si256(a.as_ptr().cast()),
+                _mm256_loadu_si256(b.as_ptr().cast()),
+            )
+        };
+        // Widen to i16 so products never saturate, then madd to i32 pairs.
+        let a_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(va));
+        let a_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(va));
+        let b_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(vb));
+        let b_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(vb));
+        let sum = _mm256_add_epi32(_mm256_madd_epi16(a_lo, b_lo), _mm256_madd_epi16(a_hi, b_hi));
+        let s128 = _mm_add_epi32(
+            _mm256_castsi256_si128(sum),
+            _mm256_extracti128_si256::<1>(sum),
+        );
+        let s64 = _mm_add_epi32(s128, _mm_unpackhi_epi64(s128, s128));
+        let s32 = _mm_add_epi32(s64, _mm_shuffle_epi32::<0b01>(s64));
+        _mm_cvtsi128_si32(s32)
+    }
+}

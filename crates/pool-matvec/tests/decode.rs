@@ -1,0 +1,32 @@
+//! The synthetic decode step gives the same bits on every executor.
+
+use pool_core::Pool;
+use pool_matvec::decode::{DecodeConfig, DecodeModel, Serial, WeightFormat};
+use testkit::watched;
+
+#[test]
+fn decode_logits_are_bit_identical_serial_and_on_pools_of_any_width() {
+    watched("decode", |stage| {
+        let config = DecodeConfig {
+            dim: 128,
+            hidden: 256,
+            layers: 2,
+            vocab: 1000,
+        };
+        assert_eq!(config.row_jobs_per_token(), 9);
+        for format in [WeightFormat::F32, WeightFormat::Q8_0] {
+            let model = DecodeModel::random(config, format, 7);
+            let serial: Vec<u32> = model
+                .decode(&Serial, 3)
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            for workers in 1..=3 {
+                stage.set(format!("{format:?} on {workers} workers"));
+                let pool = Pool::with_spin(workers, 1000);
+                let pooled: Vec<u32> = model.decode(&pool, 3).iter().map(|v| v.to_bits()).collect();
+                assert_eq!(pooled, serial, "{format:?} with {workers} workers");
+            }
+        }
+    });
+}

@@ -1,0 +1,281 @@
+//! Kernels: bit-exact against the naive loop, deterministic across thread
+//! counts, and loud about wrong shapes.
+
+use pool_core::Pool;
+use pool_matvec::decode::XorShift;
+use pool_matvec::*;
+use testkit::watched;
+
+const ROWS: [usize; 9] = [0, 1, 3, 4, 7, 255, 256, 259, 1024];
+const COLS: [usize; 6] = [0, 1, 3, 32, 65, 384];
+const SENTINEL: f32 = -12345.5;
+
+/// Values spanning 1e-3..1e3 in magnitude, both signs.
+fn spread(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = XorShift(seed);
+    (0..n)
+        .map(|_| {
+            let exponent = rng.uniform() * 3.0; // 10^-3 .. 10^3
+            let sign = if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
+            sign * 10f32.powf(exponent)
+        })
+        .collect()
+}
+
+fn pools() -> Vec<Option<Pool>> {
+    let mut pools = vec![None];
+    pools.extend((1..=4).map(|w| Some(Pool::with_spin(w, 500))));
+    pools
+}
+
+/// `out` with sentinels after it, to catch writes past the end.
+fn with_sentinels(rows: usize) -> Vec<f32> {
+    vec![SENTINEL; rows + 3]
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+#[test]
+fn matvec_rows_is_bit_identical_to_the_naive_loop_for_every_shape_and_pool() {
+    watched("exact", |stage| {
+        let pools = pools();
+        for rows in ROWS {
+            for cols in COLS {
+                let w = spread(rows * cols, 1 + rows as u64 * 7 + cols as u64);
+                let x = spread(cols, 99 + cols as u64);
+                let mut expected = vec![0.0; rows];
+                matvec_naive(&w, &x, &mut expected);
+                for pool in &pools {
+                    let workers = pool.as_ref().map_or(0, Pool::n_workers);
+                    stage.set(format!("{rows}x{cols} on {workers} workers"));
+                    let mut out = with_sentinels(rows);
+                    matvec_rows(pool.as_ref(), &w, &x, &mut out[..rows]);
+                    assert_eq!(
+                        bits(&out[..rows]),
+                        bits(&expected),
+                        "{rows}x{cols}, {workers} workers"
+                    );
+                    assert!(out[rows..].iter().all(|&v| v == SENTINEL), "wrote past out");
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn matvec_rows_above_the_gate_is_bit_identical_on_every_pool() {
+    watched("exact_big", |_| {
+        let (rows, cols) = (600, 1000);
+        assert!(should_parallelize(rows, cols));
+        let w = spread(rows * cols, 5);
+        let x = spread(cols, 6);
+        let mut expected = vec![0.0; rows];
+        matvec_naive(&w, &x, &mut expected);
+        for pool in pools() {
+            let mut out = vec![0.0; rows];
+            matvec_rows(pool.as_ref(), &w, &x, &mut out);
+            assert_eq!(bits(&out), bits(&expected));
+        }
+    });
+}
+
+#[test]
+fn out_may_be_a_prefix_of_the_weights_rows() {
+    let w = spread(10 * 8, 3);
+    let x = spread(8, 4);
+    let mut all = vec![0.0; 10];
+    matvec_rows(None, &w, &x, &mut all);
+    let mut prefix = with_sentinels(4);
+    matvec_rows(None, &w, &x, &mut prefix[..4]);
+    assert_eq!(bits(&prefix[..4]), bits(&all[..4]));
+    assert!(prefix[4..].iter().all(|&v| v == SENTINEL));
+}
+
+#[test]
+fn matvec_rows2_matches_matvec_rows_on_each_input() {
+    watched("rows2", |_| {
+        for pool in pools() {
+            for (rows, cols) in [(0, 4), (1, 1), (3, 65), (259, 384), (700, 400)] {
+                let w = spread(rows * cols, 11);
+                let (x1, x2) = (spread(cols, 12), spread(cols, 13));
+                let (mut e1, mut e2) = (vec![0.0; rows], vec![0.0; rows]);
+                matvec_rows(None, &w, &x1, &mut e1);
+                matvec_rows(None, &w, &x2, &mut e2);
+                let (mut o1, mut o2) = (with_sentinels(rows), with_sentinels(rows));
+                matvec_rows2(
+                    pool.as_ref(),
+                    &w,
+                    &x1,
+                    &x2,
+                    &mut o1[..rows],
+                    &mut o2[..rows],
+                );
+                assert_eq!(bits(&o1[..rows]), bits(&e1));
+                assert_eq!(bits(&o2[..rows]), bits(&e2));
+                assert!(o1[rows..].iter().chain(&o2[rows..]).all(|&v| v == SENTINEL));
+            }
+        }
+    });
+}
+
+#[test]
+fn the_fast_kernel_is_identical_across_thread_counts_and_to_its_portable_path() {
+    watched("fast", |_| {
+        let pools = pools();
+        for (rows, cols) in [
+            (1, 1),
+            (7, 31),
+            (33, 32),
+            (259, 384),
+            (700, 1000),
+            (64, 4099),
+        ] {
+            let w = spread(rows * cols, 21);
+            let x = spread(cols, 22);
+            let portable: Vec<f32> = (0..rows)
+                .map(|r| dot_fast_portable(&w[r * cols..(r + 1) * cols], &x))
+                .collect();
+            for pool in &pools {
+                let mut out = with_sentinels(rows);
+                matvec_f32_fast(pool.as_ref(), &w, &x, &mut out[..rows]);
+                assert_eq!(bits(&out[..rows]), bits(&portable), "{rows}x{cols}");
+                assert!(out[rows..].iter().all(|&v| v == SENTINEL));
+            }
+        }
+    });
+}
+
+#[test]
+fn the_fast_kernel_differs_from_plain_order_by_rounding_only() {
+    let (rows, cols) = (256, 4096);
+    let mut rng = XorShift(77);
+    let w: Vec<f32> = (0..rows * cols).map(|_| rng.uniform()).collect();
+    let x: Vec<f32> = (0..cols).map(|_| rng.uniform()).collect();
+    let (mut exact, mut fast) = (vec![0.0; rows], vec![0.0; rows]);
+    matvec_rows(None, &w, &x, &mut exact);
+    matvec_f32_fast(None, &w, &x, &mut fast);
+    let scale: f32 = (0..cols).map(|j| x[j].abs()).sum();
+    for (e, f) in exact.iter().zip(&fast) {
+        // Relative to the sum of |w x| (bounded by `scale`): far below 1e-5.
+        assert!((e - f).abs() / scale < 1e-5, "{e} vs {f}");
+    }
+}
+
+#[test]
+fn q8_0_quantization_follows_the_llama_cpp_reference() {
+    let mut x = vec![0.0f32; 64];
+    x[0] = 2.54;
+    x[1] = -1.27;
+    x[2] = 0.005; // rounds to 0
+    x[3] = 0.015; // 0.75 -> 1, half away from zero territory
+    let blocks = quantize_q8_0(&x);
+    assert_eq!(blocks.len(), 2);
+    assert_eq!(
+        blocks[0].d.to_f32(),
+        half::f16::from_f32(2.54 / 127.0).to_f32()
+    );
+    assert_eq!(&blocks[0].qs[..4], &[127, -64, 0, 1]);
+    assert_eq!(blocks[1].d.to_f32(), 0.0);
+    assert_eq!(blocks[1].qs, [0; 32]);
+    assert_eq!(std::mem::size_of::<BlockQ8_0>(), 34, "GGUF block layout");
+    let back = dequantize_q8_0(&blocks);
+    assert!((back[0] - 2.54).abs() < 0.01);
+}
+
+/// The scalar reference written out in full: integer dot per block, then
+/// `acc += sumi * (d_w * d_x)` in block order.
+fn q8_0_reference(w: &[BlockQ8_0], x: &[f32], rows: usize) -> Vec<f32> {
+    let xq = quantize_q8_0(x);
+    let per_row = x.len() / 32;
+    (0..rows)
+        .map(|r| {
+            let mut acc = 0.0f32;
+            for b in 0..per_row {
+                let (bw, bx) = (&w[r * per_row + b], &xq[b]);
+                let sumi: i32 = (0..32).map(|j| bw.qs[j] as i32 * bx.qs[j] as i32).sum();
+                acc += sumi as f32 * (bw.d.to_f32() * bx.d.to_f32());
+            }
+            acc
+        })
+        .collect()
+}
+
+#[test]
+fn q8_0_matvec_matches_the_scalar_reference_on_every_pool() {
+    watched("q8_0", |_| {
+        let pools = pools();
+        for (rows, cols) in [(0, 32), (1, 32), (5, 64), (259, 384), (1024, 512)] {
+            let w = quantize_q8_0(&spread(rows * cols, 31));
+            let x = spread(cols, 32);
+            let expected = q8_0_reference(&w, &x, rows);
+            for pool in &pools {
+                let mut out = with_sentinels(rows);
+                matvec_q8_0(pool.as_ref(), &w, &x, &mut out[..rows]);
+                assert_eq!(bits(&out[..rows]), bits(&expected), "{rows}x{cols}");
+                assert!(out[rows..].iter().all(|&v| v == SENTINEL));
+            }
+        }
+    });
+}
+
+#[test]
+fn q8_0_simd_and_scalar_dots_agree_even_on_extreme_blocks() {
+    let mut rng = XorShift(41);
+    for case in 0..200 {
+        let blocks = 1 + case % 9;
+        let make = |rng: &mut XorShift| -> Vec<BlockQ8_0> {
+            (0..blocks)
+                .map(|_| BlockQ8_0 {
+                    d: half::f16::from_f32(rng.uniform()),
+                    qs: std::array::from_fn(|_| match rng.next_u64() % 4 {
+                        0 => i8::MIN,
+                        1 => i8::MAX,
+                        _ => rng.next_u64() as i8,
+                    }),
+                })
+                .collect()
+        };
+        let (w, x) = (make(&mut rng), make(&mut rng));
+        assert_eq!(
+            dot_q8_0(&w, &x).to_bits(),
+            dot_q8_0_scalar(&w, &x).to_bits(),
+            "case {case}"
+        );
+    }
+}
+
+#[test]
+#[should_panic(
+    expected = "matvec_rows: weights hold 11 values but out has 3 rows and x has 4 columns"
+)]
+fn short_weights_panic_naming_the_shapes() {
+    matvec_rows(None, &[0.0; 11], &[0.0; 4], &mut [0.0; 3]);
+}
+
+#[test]
+#[should_panic(expected = "x1 has 4 values and x2 3")]
+fn mismatched_second_inputs_panic_naming_the_lengths() {
+    matvec_rows2(
+        None,
+        &[0.0; 16],
+        &[0.0; 4],
+        &[0.0; 3],
+        &mut [0.0; 4],
+        &mut [0.0; 4],
+    );
+}
+
+#[test]
+#[should_panic(expected = "row length 33 is not a multiple of the block size 32")]
+fn q8_0_rows_must_be_whole_blocks() {
+    matvec_q8_0(None, &[], &[0.0; 33], &mut [0.0; 1]);
+}
+
+#[test]
+#[should_panic(expected = "weights hold 1 blocks but out has 2 rows of 32 columns")]
+fn q8_0_short_weights_panic_naming_the_shapes() {
+    let w = quantize_q8_0(&[0.0; 32]);
+    matvec_q8_0(None, &w, &[0.0; 32], &mut [0.0; 2]);
+}

@@ -1,0 +1,182 @@
+//! run_rows / run_many / for_each_*: every row exactly once, on every pool.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use pool_core::Pool;
+use pool_matvec::*;
+use testkit::watched;
+
+fn assert_covered_once(calls: Vec<(usize, usize)>, rows: usize) {
+    let mut seen = vec![0u8; rows];
+    for (start, end) in calls {
+        assert!(start < end, "empty range {start}..{end}");
+        seen[start..end].iter_mut().for_each(|n| *n += 1);
+    }
+    assert!(
+        seen.iter().all(|&n| n == 1),
+        "rows not covered exactly once: {seen:?}"
+    );
+}
+
+#[test]
+fn grain_for_matches_the_specification() {
+    assert_eq!(grain_for(24, 49), 1);
+    assert_eq!(grain_for(4096, 49), 32);
+    assert_eq!(grain_for(32768, 49), 83);
+    assert_eq!(grain_for(0, 49), 1);
+    assert_eq!(grain_for(7, 1), 7);
+    assert_eq!(grain_for(100, 0), 32);
+    for rows in 0..300 {
+        for participants in 0..70 {
+            let g = grain_for(rows, participants);
+            assert!(g >= 1);
+            assert!(g <= rows.div_ceil(participants.max(1)).max(1));
+        }
+    }
+}
+
+#[test]
+fn run_rows_covers_every_row_exactly_once_on_every_pool_size() {
+    watched("run_rows", |stage| {
+        for workers in 0..=5 {
+            let pool = Pool::with_spin(workers, 500);
+            for rows in [0, 1, 2, 5, 31, 32, 33, 100, 257, 1000, 4099] {
+                stage.set(format!("{rows} rows on {workers} workers"));
+                let calls = Mutex::new(Vec::new());
+                pool.run_rows(rows, &|start, end| calls.lock().unwrap().push((start, end)));
+                let calls = calls.into_inner().unwrap();
+                if rows == 0 {
+                    assert!(calls.is_empty(), "0 rows: no callback");
+                }
+                assert_covered_once(calls, rows);
+            }
+        }
+    });
+}
+
+#[test]
+fn a_job_of_c_chunks_invites_at_most_c_minus_one_workers() {
+    watched("invites", |_| {
+        let pool = Pool::with_spin(8, 500);
+        // 3 rows over 9 participants: grain 1, 3 chunks: 2 workers + caller.
+        let threads = Mutex::new(std::collections::HashSet::new());
+        pool.run_rows(3, &|_, _| {
+            threads.lock().unwrap().insert(std::thread::current().id());
+        });
+        assert!(threads.into_inner().unwrap().len() <= 3);
+        // A single chunk runs on the caller with no dispatch at all.
+        let caller = std::thread::current().id();
+        pool.run_rows(1, &|_, _| assert_eq!(std::thread::current().id(), caller));
+    });
+}
+
+#[test]
+fn run_many_gives_each_part_its_own_row_indices_exactly_once() {
+    watched("run_many", |stage| {
+        for workers in [0, 1, 3, 7] {
+            let pool = Pool::with_spin(workers, 500);
+            for sizes in [
+                vec![0],
+                vec![5],
+                vec![768, 768, 768],
+                vec![0, 3, 0, 100, 1],
+                vec![2048, 2048],
+            ] {
+                stage.set(format!("{sizes:?} on {workers} workers"));
+                let calls: Vec<Mutex<Vec<(usize, usize)>>> =
+                    sizes.iter().map(|_| Mutex::new(Vec::new())).collect();
+                let callbacks: Vec<Box<dyn Fn(usize, usize) + Sync>> = (0..sizes.len())
+                    .map(|p| {
+                        let calls = &calls;
+                        Box::new(move |s, e| calls[p].lock().unwrap().push((s, e)))
+                            as Box<dyn Fn(usize, usize) + Sync>
+                    })
+                    .collect();
+                let parts: Vec<(usize, &RowFn<'_>)> = sizes
+                    .iter()
+                    .zip(&callbacks)
+                    .map(|(&rows, f)| (rows, &**f))
+                    .collect();
+                pool.run_many(&parts);
+                drop(parts);
+                drop(callbacks);
+                for (p, calls) in calls.into_iter().enumerate() {
+                    assert_covered_once(calls.into_inner().unwrap(), sizes[p]);
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn run_many_is_one_dispatch_for_all_parts() {
+    watched("one_dispatch", |_| {
+        let pool = Pool::with_spin(1, 500);
+        let noop = |_: usize, _: usize| {};
+        let parts: [(usize, &RowFn<'_>); 3] = [(4096, &noop), (4096, &noop), (4096, &noop)];
+        // Other tests dispatch concurrently in this binary; retry to find a
+        // quiet window where the delta is exactly ours.
+        let exactly_one = (0..50).any(|_| {
+            let before = pool_core::dispatch_count();
+            pool.run_many(&parts);
+            pool_core::dispatch_count() - before == 1
+        });
+        assert!(exactly_one);
+    });
+}
+
+#[test]
+fn for_each_row_visits_every_element_once_with_its_index() {
+    watched("for_each_row", |_| {
+        for pool in [None, Some(Pool::with_spin(3, 500))] {
+            let mut out = vec![0usize; 1001];
+            for_each_row(pool.as_ref(), &mut out, &|i, v| *v += i + 1);
+            assert!(out.iter().enumerate().all(|(i, &v)| v == i + 1));
+        }
+    });
+}
+
+#[test]
+fn for_each_chunk_init_covers_every_chunk_and_reuses_state_per_range() {
+    watched("for_each_chunk_init", |_| {
+        for pool in [None, Some(Pool::with_spin(2, 500))] {
+            let inits = AtomicUsize::new(0);
+            let mut out = vec![0usize; 1000];
+            for_each_chunk_init(
+                pool.as_ref(),
+                &mut out,
+                7,
+                || {
+                    inits.fetch_add(1, Ordering::Relaxed);
+                    0usize
+                },
+                |seen, index, chunk| {
+                    *seen += 1;
+                    assert!(chunk.len() == 7 || index == 1000 / 7);
+                    chunk.iter_mut().for_each(|v| *v = index + 1);
+                },
+            );
+            assert!(out.iter().enumerate().all(|(i, &v)| v == i / 7 + 1));
+            assert!(inits.load(Ordering::Relaxed) <= 1000usize.div_ceil(7));
+        }
+    });
+}
+
+#[test]
+#[should_panic(expected = "chunk size must be at least 1")]
+fn a_zero_chunk_size_is_refused() {
+    for_each_chunk_init(None, &mut [0u8; 4], 0, || (), |_, _, _| {});
+}
+
+#[test]
+fn a_pool_larger_than_the_work_still_covers_it_once() {
+    watched("big_pool", |_| {
+        let pool = Pool::with_spin(12, 100);
+        for rows in 1..40 {
+            let calls = Mutex::new(Vec::new());
+            pool.run_rows(rows, &|s, e| calls.lock().unwrap().push((s, e)));
+            assert_covered_once(calls.into_inner().unwrap(), rows);
+        }
+    });
+}
