@@ -1,0 +1,102 @@
+//! GB/s of weights streamed: serial vs pool vs rayon, next to the read
+//! ceiling of the same bytes, for a DRAM-sized and a cache-sized matrix;
+//! and `run_many` of three matrices vs three `run_rows`.
+
+// criterion_group! generates an undocumented function.
+#![allow(missing_docs)]
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use pool_benches::{rayon_matvec_f32, read_ceiling};
+use pool_core::Pool;
+use pool_matvec::decode::XorShift;
+use pool_matvec::{
+    matvec_f32_fast, matvec_q8_0, matvec_rows, quantize_q8_0, BlockQ8_0, RowParallel,
+};
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = XorShift(seed);
+    (0..n).map(|_| rng.uniform()).collect()
+}
+
+fn matvec(c: &mut Criterion) {
+    let cpus = pool_topo::usable_cpus();
+    let pool = Pool::with_spin(cpus.saturating_sub(1).max(1), 20_000);
+    let rayon = rayon::ThreadPoolBuilder::new()
+        .num_threads(cpus)
+        .build()
+        .unwrap();
+    for (name, n) in [("dram_4096x4096", 4096), ("cache_1024x1024", 1024)] {
+        let mut group = c.benchmark_group(format!("matvec_{name}"));
+        group
+            .measurement_time(Duration::from_secs(3))
+            .warm_up_time(Duration::from_millis(500));
+        let w = random(n * n, 1);
+        let x = random(n, 2);
+        let mut out = vec![0.0f32; n];
+        group.throughput(Throughput::Bytes((n * n * 4) as u64));
+        group.bench_function("read_ceiling_pool", |b| {
+            b.iter(|| read_ceiling(Some(&pool), &w))
+        });
+        group.bench_function("read_ceiling_serial", |b| b.iter(|| read_ceiling(None, &w)));
+        group.bench_function("f32_fast_serial", |b| {
+            b.iter(|| matvec_f32_fast(None, &w, &x, &mut out))
+        });
+        group.bench_function("f32_fast_pool", |b| {
+            b.iter(|| matvec_f32_fast(Some(&pool), &w, &x, &mut out))
+        });
+        group.bench_function("f32_fast_rayon", |b| {
+            b.iter(|| rayon_matvec_f32(&rayon, &w, &x, &mut out))
+        });
+        group.bench_function("f32_exact_pool", |b| {
+            b.iter(|| matvec_rows(Some(&pool), &w, &x, &mut out))
+        });
+        let q: Vec<BlockQ8_0> = quantize_q8_0(&w);
+        group.throughput(Throughput::Bytes(
+            (q.len() * std::mem::size_of::<BlockQ8_0>()) as u64,
+        ));
+        group.bench_function("q8_0_serial", |b| {
+            b.iter(|| matvec_q8_0(None, &q, &x, &mut out))
+        });
+        group.bench_function("q8_0_pool", |b| {
+            b.iter(|| matvec_q8_0(Some(&pool), &q, &x, &mut out))
+        });
+        group.finish();
+    }
+}
+
+fn fused_qkv(c: &mut Criterion) {
+    let mut group = c.benchmark_group("qkv_768");
+    group.measurement_time(Duration::from_secs(2));
+    let pool = Pool::with_spin(pool_topo::usable_cpus().saturating_sub(1).max(1), 20_000);
+    let dim = 768;
+    let w: Vec<Vec<f32>> = (0..3).map(|i| random(dim * dim, 10 + i)).collect();
+    let x = random(dim, 3);
+    let kernel = |m: &[f32], start: usize, end: usize| {
+        let mut sink = 0.0f32;
+        for row in start..end {
+            sink += pool_matvec::dot_fast(&m[row * dim..(row + 1) * dim], &x);
+        }
+        std::hint::black_box(sink);
+    };
+    let (fq, fk, fv) = (
+        |s: usize, e: usize| kernel(&w[0], s, e),
+        |s: usize, e: usize| kernel(&w[1], s, e),
+        |s: usize, e: usize| kernel(&w[2], s, e),
+    );
+    group.bench_function(BenchmarkId::new("run_many", 3), |b| {
+        b.iter(|| pool.run_many(&[(dim, &fq), (dim, &fk), (dim, &fv)]))
+    });
+    group.bench_function(BenchmarkId::new("three_run_rows", 3), |b| {
+        b.iter(|| {
+            pool.run_rows(dim, &fq);
+            pool.run_rows(dim, &fk);
+            pool.run_rows(dim, &fv);
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, matvec, fused_qkv);
+criterion_main!(benches);

@@ -1,0 +1,239 @@
+//! Reference implementations, each the simplest correct form of its idea.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_utils::CachePadded;
+use pool_core::Pool;
+use pool_matvec::decode::{DecodeExecutor, Input, Matrix};
+use pool_matvec::{dot_fast, grain_for, RowParallel};
+use rayon::prelude::*;
+
+/// Two threads bouncing one cache line: the caller writes an odd value, the
+/// partner answers with the next even one. One `round_trip` is the floor
+/// for any fork-join between two cores.
+pub struct PingPong {
+    line: Arc<CachePadded<AtomicU64>>,
+    stop: Arc<AtomicBool>,
+    partner: Option<JoinHandle<()>>,
+    next: u64,
+}
+
+impl PingPong {
+    /// Starts the partner thread (it spins until dropped).
+    pub fn new() -> PingPong {
+        let line = Arc::new(CachePadded::new(AtomicU64::new(0)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (l, s) = (line.clone(), stop.clone());
+        let partner = std::thread::spawn(move || {
+            let mut seen = 0;
+            while !s.load(Ordering::Relaxed) {
+                let v = l.load(Ordering::Acquire);
+                if v != seen && v % 2 == 1 {
+                    seen = v + 1;
+                    l.store(v + 1, Ordering::Release);
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        PingPong {
+            line,
+            stop,
+            partner: Some(partner),
+            next: 1,
+        }
+    }
+
+    /// One round trip of the line.
+    #[inline]
+    pub fn round_trip(&mut self) {
+        let ask = self.next;
+        self.line.store(ask, Ordering::Release);
+        while self.line.load(Ordering::Acquire) != ask + 1 {
+            std::hint::spin_loop();
+        }
+        self.next += 2;
+    }
+}
+
+impl Default for PingPong {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for PingPong {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(partner) = self.partner.take() {
+            let _ = partner.join();
+        }
+    }
+}
+
+type Job = *const (dyn Fn(usize, usize) + Sync + 'static);
+
+/// A minimal spin pool: one worker spinning on one epoch counter, no park,
+/// no panic handling, no limited jobs. The reference for what a fork-join
+/// costs with nothing extra.
+pub struct SpinPool {
+    shared: Arc<SpinShared>,
+    worker: Option<JoinHandle<()>>,
+}
+
+struct SpinShared {
+    epoch: CachePadded<AtomicUsize>,
+    done: CachePadded<AtomicUsize>,
+    job: CachePadded<std::cell::UnsafeCell<Option<Job>>>,
+    stop: AtomicBool,
+}
+
+// SAFETY: `job` is written by the caller only while the worker waits for the
+// next epoch, and read by the worker only between seeing that epoch
+// (Acquire) and publishing `done` (Release).
+unsafe impl Sync for SpinShared {}
+// SAFETY: as above; the pointer is to a `Sync` closure.
+unsafe impl Send for SpinShared {}
+
+impl SpinPool {
+    /// Starts the one worker.
+    pub fn new() -> SpinPool {
+        let shared = Arc::new(SpinShared {
+            epoch: CachePadded::new(AtomicUsize::new(0)),
+            done: CachePadded::new(AtomicUsize::new(0)),
+            job: CachePadded::new(std::cell::UnsafeCell::new(None)),
+            stop: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let worker = std::thread::spawn(move || {
+            let mut seen = 0;
+            loop {
+                let epoch = s.epoch.load(Ordering::Acquire);
+                if epoch == seen {
+                    if s.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::hint::spin_loop();
+                    continue;
+                }
+                seen = epoch;
+                // SAFETY: the caller wrote the job before the epoch store we
+                // acquired, and waits for `done` before touching it again.
+                if let Some(job) = unsafe { *s.job.get() } {
+                    // SAFETY: the caller's closure lives until `done`.
+                    unsafe { (*job)(0, 2) };
+                }
+                s.done.store(epoch, Ordering::Release);
+            }
+        });
+        SpinPool {
+            shared,
+            worker: Some(worker),
+        }
+    }
+
+    /// Runs `f(0, 2)` on the worker and `f(1, 2)` here.
+    #[inline]
+    pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
+        let s = &self.shared;
+        // SAFETY: lifetime erasure only; we wait for `done` below.
+        let job: Job = unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), Job>(f) };
+        // SAFETY: the worker is waiting for a new epoch: not reading `job`.
+        unsafe { *s.job.get() = Some(job) };
+        let epoch = s.epoch.load(Ordering::Relaxed) + 1;
+        s.epoch.store(epoch, Ordering::Release);
+        f(1, 2);
+        while s.done.load(Ordering::Acquire) != epoch {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl Default for SpinPool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for SpinPool {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// Reads every byte of `data` on `pool` (or serially), the way a matvec
+/// streams its weights, but with no arithmetic to speak of: the bandwidth
+/// ceiling. Returns a checksum so the reads cannot be optimised away.
+pub fn read_ceiling(pool: Option<&Pool>, data: &[f32]) -> u32 {
+    const ROW: usize = 4096;
+    let rows = data.len() / ROW;
+    let total = AtomicU64::new(0);
+    let read = |start: usize, end: usize| {
+        let mut acc = [0u32; 16];
+        for chunk in data[start * ROW..end * ROW].chunks_exact(16) {
+            for (a, v) in acc.iter_mut().zip(chunk) {
+                *a = a.wrapping_add(v.to_bits());
+            }
+        }
+        let sum = acc.iter().fold(0u32, |s, v| s.wrapping_add(*v));
+        total.fetch_add(u64::from(sum), Ordering::Relaxed);
+    };
+    match pool {
+        Some(pool) => pool.run_rows(rows, &read),
+        None => read(0, rows),
+    }
+    total.load(Ordering::Relaxed) as u32
+}
+
+/// `out = W x` with the fast f32 kernel on rayon `par_chunks_mut`, the grain
+/// chosen as for the pool: the migration an engine would write.
+pub fn rayon_matvec_f32(pool: &rayon::ThreadPool, w: &[f32], x: &[f32], out: &mut [f32]) {
+    let cols = x.len();
+    let grain = grain_for(out.len(), pool.current_num_threads());
+    pool.install(|| {
+        out.par_chunks_mut(grain)
+            .enumerate()
+            .for_each(|(chunk, o)| {
+                let start = chunk * grain;
+                for (i, v) in o.iter_mut().enumerate() {
+                    let row = start + i;
+                    *v = dot_fast(&w[row * cols..(row + 1) * cols], x);
+                }
+            });
+    });
+}
+
+/// The decode workload on a rayon pool: one `par_chunks_mut` per matrix
+/// (rayon has no fused multi-matrix job), run inside the pool.
+pub struct RayonExecutor(pub rayon::ThreadPool);
+
+impl RayonExecutor {
+    /// A rayon pool of `threads` threads.
+    pub fn new(threads: usize) -> RayonExecutor {
+        RayonExecutor(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads.max(1))
+                .build()
+                .expect("build the rayon pool"),
+        )
+    }
+}
+
+impl DecodeExecutor for RayonExecutor {
+    fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]) {
+        let threads = self.0.current_num_threads();
+        self.0.install(|| {
+            for (m, out) in mats.iter().zip(outs.iter_mut()) {
+                let grain = grain_for(m.rows(), threads);
+                out.par_chunks_mut(grain)
+                    .enumerate()
+                    .for_each(|(chunk, o)| m.rows_into(x, chunk * grain, o));
+            }
+        });
+    }
+}

@@ -1,0 +1,17 @@
+//! Baselines the pool is measured against, shared by the criterion benches
+//! and `pool bench`, so both measure the same things.
+//!
+//! - [`PingPong`]: two threads bouncing one cache line: the hardware floor
+//!   of a fork-join;
+//! - [`SpinPool`]: a minimal hand-written spin pool (one spinning worker,
+//!   one epoch counter, no park): what a fork-join costs with nothing extra;
+//! - [`read_ceiling`]: a plain parallel read of the same bytes a matvec
+//!   streams: the bandwidth ceiling;
+//! - [`RayonExecutor`]: the decode workload on rayon `par_chunks_mut`;
+//! - [`Stats`]: medians and spread of repeated runs.
+
+mod baselines;
+mod stats;
+
+pub use baselines::{rayon_matvec_f32, read_ceiling, PingPong, RayonExecutor, SpinPool};
+pub use stats::{time_per_iter, Stats};
