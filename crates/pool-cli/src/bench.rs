@@ -1,0 +1,372 @@
+//! `pool bench`: everything side by side, in one run, as ratios.
+
+use std::time::{Duration, Instant};
+
+use pool_benches::{rayon_matvec_f32, read_ceiling, PingPong, RayonExecutor, SpinPool, Stats};
+use pool_core::Pool;
+use pool_matvec::decode::{
+    DecodeConfig, DecodeExecutor, DecodeModel, Serial, WeightFormat, XorShift,
+};
+use pool_matvec::{matvec_f32_fast, matvec_q8_0, quantize_q8_0, BlockQ8_0};
+use serde::Serialize;
+
+/// Median, extremes and count of repeated samples.
+#[derive(Serialize, Clone, Copy)]
+pub(crate) struct Summary {
+    median: f64,
+    min: f64,
+    max: f64,
+    samples: usize,
+}
+
+impl From<Stats> for Summary {
+    fn from(s: Stats) -> Self {
+        Summary {
+            median: s.median,
+            min: s.min,
+            max: s.max,
+            samples: s.samples,
+        }
+    }
+}
+
+/// The JSON object of `pool bench --json` (docs/cli.md).
+#[derive(Serialize)]
+pub(crate) struct BenchReport {
+    quick: bool,
+    participants: usize,
+    pool_workers: usize,
+    oversubscribed_workers: usize,
+    fork_join_ns: ForkJoin,
+    ratios: Ratios,
+    bandwidth: Bandwidth,
+    decode: Decode,
+}
+
+#[derive(Serialize)]
+struct ForkJoin {
+    ping_pong: Summary,
+    spin_reference: Summary,
+    pool_hot: Summary,
+    pool_oversubscribed: Summary,
+    rayon_broadcast_inside: Summary,
+    rayon_broadcast_outside: Summary,
+    spawn_per_job: Summary,
+    pool_after_idle_gap: Summary,
+    rayon_after_idle_gap: Summary,
+    idle_gap_ms: f64,
+}
+
+#[derive(Serialize)]
+struct Ratios {
+    pool_vs_ping_pong: f64,
+    pool_vs_spin_reference: f64,
+    rayon_inside_vs_pool: f64,
+    rayon_outside_vs_pool: f64,
+    spawn_vs_pool: f64,
+}
+
+#[derive(Serialize)]
+struct Bandwidth {
+    matrix: [usize; 2],
+    read_ceiling_gbs: Summary,
+    f32_pool_gbs: Summary,
+    f32_rayon_gbs: Summary,
+    f32_serial_gbs: Summary,
+    q8_0_pool_gbs: Summary,
+    f32_pool_pct_of_ceiling: f64,
+    q8_0_pool_pct_of_ceiling: f64,
+}
+
+#[derive(Serialize)]
+struct Decode {
+    dim: usize,
+    hidden: usize,
+    layers: usize,
+    vocab: usize,
+    format: &'static str,
+    tokens: usize,
+    serial_tokens_per_s: Summary,
+    rayon_tokens_per_s: Summary,
+    pool_tokens_per_s: Summary,
+    dispatches_per_token: f64,
+    pool_vs_rayon: f64,
+    pool_vs_serial: f64,
+}
+
+fn ns_per_call(samples: usize, iters: usize, f: impl FnMut()) -> Summary {
+    pool_benches::time_per_iter(samples, iters, f).into()
+}
+
+/// Latency of one call after `gap` of idleness, `samples` times.
+fn after_gap(samples: usize, gap: Duration, mut f: impl FnMut()) -> Summary {
+    let runs = (0..samples)
+        .map(|_| {
+            std::thread::sleep(gap);
+            let start = Instant::now();
+            f();
+            start.elapsed().as_nanos() as f64
+        })
+        .collect();
+    Stats::of(runs).into()
+}
+
+/// GB/s of `bytes` per call of `f`.
+fn gbs(samples: usize, bytes: usize, mut f: impl FnMut()) -> Summary {
+    let runs = (0..samples)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            bytes as f64 / start.elapsed().as_nanos() as f64
+        })
+        .collect();
+    Stats::of(runs).into()
+}
+
+fn tokens_per_s(model: &DecodeModel, exec: &dyn DecodeExecutor, tokens: usize) -> Summary {
+    model.decode(exec, 1); // warm-up
+    let runs = (0..tokens)
+        .map(|_| {
+            let start = Instant::now();
+            std::hint::black_box(model.decode(exec, 1));
+            1.0 / start.elapsed().as_secs_f64()
+        })
+        .collect();
+    Stats::of(runs).into()
+}
+
+pub(crate) fn measure(quick: bool) -> BenchReport {
+    let cpus = pool_topo::usable_cpus();
+    let participants = cpus.max(2);
+    let workers = participants - 1;
+    let (samples, iters) = if quick { (9, 3000) } else { (21, 20_000) };
+
+    let mut ping = PingPong::new();
+    let ping_pong = ns_per_call(samples, iters, || ping.round_trip());
+    drop(ping);
+    let spin = SpinPool::new();
+    let spin_reference = ns_per_call(samples, iters, || spin.run(&|_, _| {}));
+    drop(spin);
+    let pool = Pool::new(workers);
+    let pool_hot = ns_per_call(samples, iters, || pool.run(&|_, _| {}));
+    let oversubscribed_workers = cpus * 4;
+    let over = Pool::new(oversubscribed_workers);
+    let pool_oversubscribed = ns_per_call(samples, iters / 10, || over.run(&|_, _| {}));
+    drop(over);
+    let rayon = rayon::ThreadPoolBuilder::new()
+        .num_threads(participants)
+        .build()
+        .expect("rayon pool");
+    let rayon_broadcast_inside = rayon.install(|| {
+        ns_per_call(samples, iters / 10, || {
+            rayon::broadcast(|_| {});
+        })
+    });
+    let rayon_broadcast_outside = ns_per_call(samples, iters / 10, || {
+        rayon.broadcast(|_| {});
+    });
+    let spawn_per_job = ns_per_call(samples, iters / 50, || {
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|| {});
+            }
+        })
+    });
+    let gap = Duration::from_millis(if quick { 5 } else { 20 });
+    let gap_samples = if quick { 9 } else { 21 };
+    let pool_after_idle_gap = after_gap(gap_samples, gap, || pool.run(&|_, _| {}));
+    let rayon_after_idle_gap = after_gap(gap_samples, gap, || {
+        rayon.broadcast(|_| {});
+    });
+    let fork_join_ns = ForkJoin {
+        ping_pong,
+        spin_reference,
+        pool_hot,
+        pool_oversubscribed,
+        rayon_broadcast_inside,
+        rayon_broadcast_outside,
+        spawn_per_job,
+        pool_after_idle_gap,
+        rayon_after_idle_gap,
+        idle_gap_ms: gap.as_secs_f64() * 1e3,
+    };
+    let ratios = Ratios {
+        pool_vs_ping_pong: pool_hot.median / ping_pong.median,
+        pool_vs_spin_reference: pool_hot.median / spin_reference.median,
+        rayon_inside_vs_pool: rayon_broadcast_inside.median / pool_hot.median,
+        rayon_outside_vs_pool: rayon_broadcast_outside.median / pool_hot.median,
+        spawn_vs_pool: spawn_per_job.median / pool_hot.median,
+    };
+
+    // Bandwidth: a DRAM-sized matrix (64 MB; 32 MB quick).
+    let (rows, cols) = if quick { (2048, 4096) } else { (4096, 4096) };
+    let mut rng = XorShift(9);
+    let w: Vec<f32> = (0..rows * cols).map(|_| rng.uniform()).collect();
+    let x: Vec<f32> = (0..cols).map(|_| rng.uniform()).collect();
+    let mut out = vec![0.0f32; rows];
+    let f32_bytes = rows * cols * 4;
+    let bw_samples = if quick { 7 } else { 15 };
+    read_ceiling(Some(&pool), &w);
+    let read_ceiling_gbs = gbs(bw_samples, f32_bytes, || {
+        std::hint::black_box(read_ceiling(Some(&pool), &w));
+    });
+    let f32_pool_gbs = gbs(bw_samples, f32_bytes, || {
+        matvec_f32_fast(Some(&pool), &w, &x, &mut out)
+    });
+    let f32_rayon_gbs = gbs(bw_samples, f32_bytes, || {
+        rayon_matvec_f32(&rayon, &w, &x, &mut out)
+    });
+    let f32_serial_gbs = gbs(bw_samples, f32_bytes, || {
+        matvec_f32_fast(None, &w, &x, &mut out)
+    });
+    let q: Vec<BlockQ8_0> = quantize_q8_0(&w);
+    drop(w);
+    let q_bytes = q.len() * std::mem::size_of::<BlockQ8_0>();
+    let q8_0_pool_gbs = gbs(bw_samples, q_bytes, || {
+        matvec_q8_0(Some(&pool), &q, &x, &mut out)
+    });
+    drop(q);
+    let bandwidth = Bandwidth {
+        matrix: [rows, cols],
+        read_ceiling_gbs,
+        f32_pool_gbs,
+        f32_rayon_gbs,
+        f32_serial_gbs,
+        q8_0_pool_gbs,
+        f32_pool_pct_of_ceiling: 100.0 * f32_pool_gbs.median / read_ceiling_gbs.median,
+        q8_0_pool_pct_of_ceiling: 100.0 * q8_0_pool_gbs.median / read_ceiling_gbs.median,
+    };
+
+    let config = if quick {
+        DecodeConfig {
+            dim: 512,
+            hidden: 1408,
+            layers: 6,
+            vocab: 8000,
+        }
+    } else {
+        DecodeConfig::default()
+    };
+    let model = DecodeModel::random(config, WeightFormat::F32, 42);
+    let tokens = if quick { 9 } else { 21 };
+    let rayon_exec = RayonExecutor(rayon);
+    let serial_tokens_per_s = tokens_per_s(&model, &Serial, tokens);
+    let rayon_tokens_per_s = tokens_per_s(&model, &rayon_exec, tokens);
+    let before = pool_core::dispatch_count();
+    let pool_tokens_per_s = tokens_per_s(&model, &pool, tokens);
+    let dispatches = pool_core::dispatch_count() - before;
+    let decode = Decode {
+        dim: config.dim,
+        hidden: config.hidden,
+        layers: config.layers,
+        vocab: config.vocab,
+        format: "f32",
+        tokens,
+        serial_tokens_per_s,
+        rayon_tokens_per_s,
+        pool_tokens_per_s,
+        dispatches_per_token: dispatches as f64 / (tokens + 1) as f64,
+        pool_vs_rayon: pool_tokens_per_s.median / rayon_tokens_per_s.median,
+        pool_vs_serial: pool_tokens_per_s.median / serial_tokens_per_s.median,
+    };
+    BenchReport {
+        quick,
+        participants,
+        pool_workers: workers,
+        oversubscribed_workers,
+        fork_join_ns,
+        ratios,
+        bandwidth,
+        decode,
+    }
+}
+
+fn line(name: &str, s: &Summary, unit: &str) {
+    println!(
+        "  {name:<34} {:>10.1} {unit:<9} (min {:.1}, max {:.1}, n={})",
+        s.median, s.min, s.max, s.samples
+    );
+}
+
+pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
+    if !json {
+        eprintln!(
+            "pool bench: measuring{}...",
+            if quick { " (quick)" } else { "" }
+        );
+    }
+    let r = measure(quick);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    let f = &r.fork_join_ns;
+    println!(
+        "fork-join, empty job, {} participants (medians)",
+        r.participants
+    );
+    line("cache-line ping-pong (floor)", &f.ping_pong, "ns");
+    line("minimal spin pool (reference)", &f.spin_reference, "ns");
+    line("pool run, hot", &f.pool_hot, "ns");
+    line(
+        &format!(
+            "pool run, {} workers (oversubscr.)",
+            r.oversubscribed_workers
+        ),
+        &f.pool_oversubscribed,
+        "ns",
+    );
+    line(
+        "rayon broadcast, inside its pool",
+        &f.rayon_broadcast_inside,
+        "ns",
+    );
+    line(
+        "rayon broadcast, from outside",
+        &f.rayon_broadcast_outside,
+        "ns",
+    );
+    line("thread::scope spawn per job", &f.spawn_per_job, "ns");
+    line(
+        &format!("pool run after {} ms idle", f.idle_gap_ms),
+        &f.pool_after_idle_gap,
+        "ns",
+    );
+    line(
+        &format!("rayon broadcast after {} ms idle", f.idle_gap_ms),
+        &f.rayon_after_idle_gap,
+        "ns",
+    );
+    let q = &r.ratios;
+    println!(
+        "  ratios: pool/ping-pong {:.2}x, pool/spin-reference {:.2}x, rayon-inside/pool {:.1}x, rayon-outside/pool {:.1}x, spawn/pool {:.1}x",
+        q.pool_vs_ping_pong, q.pool_vs_spin_reference, q.rayon_inside_vs_pool, q.rayon_outside_vs_pool, q.spawn_vs_pool
+    );
+    let b = &r.bandwidth;
+    println!("bandwidth, {}x{} f32 matrix", b.matrix[0], b.matrix[1]);
+    line("parallel read (ceiling)", &b.read_ceiling_gbs, "GB/s");
+    line("f32 matvec, pool", &b.f32_pool_gbs, "GB/s");
+    line("f32 matvec, rayon", &b.f32_rayon_gbs, "GB/s");
+    line("f32 matvec, serial", &b.f32_serial_gbs, "GB/s");
+    line("Q8_0 matvec, pool", &b.q8_0_pool_gbs, "GB/s");
+    println!(
+        "  pool f32 at {:.0} % of the read ceiling, Q8_0 at {:.0} %",
+        b.f32_pool_pct_of_ceiling, b.q8_0_pool_pct_of_ceiling
+    );
+    let d = &r.decode;
+    println!(
+        "decode, dim {} hidden {} layers {} vocab {}, {}",
+        d.dim, d.hidden, d.layers, d.vocab, d.format
+    );
+    line("serial", &d.serial_tokens_per_s, "tokens/s");
+    line("rayon", &d.rayon_tokens_per_s, "tokens/s");
+    line("pool", &d.pool_tokens_per_s, "tokens/s");
+    println!(
+        "  pool/rayon {:.2}x, pool/serial {:.2}x, {:.0} dispatches per token",
+        d.pool_vs_rayon, d.pool_vs_serial, d.dispatches_per_token
+    );
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! `pool`: see the machine, measure against rayon, tune the environment.
+//!
+//! With no arguments: the topology, the plan, and a quick benchmark (under
+//! 30 seconds). See `pool --help` and docs/cli.md for the JSON schemas.
+
+mod bench;
+mod topo;
+mod tune;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// See this machine's topology, measure the pool against rayon and serial,
+/// and find the width and spin budget that pay here.
+#[derive(Parser, Debug)]
+#[command(name = "pool", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Logical CPUs, affinity, physical cores and siblings, perf/efficiency
+    /// classes, cgroup quota, NUMA nodes, the resolved width (and where it
+    /// came from) and the pinned plan.
+    Topo {
+        /// A captured copy of a machine's `/sys/devices/system` to plan for
+        /// instead of this host (its `cpu/` and `node/` are read).
+        #[arg(long, value_name = "DIR")]
+        sysfs: Option<PathBuf>,
+        /// Reserve a core for a coordinator thread in the plan.
+        #[arg(long)]
+        coordinator: bool,
+        /// One JSON object instead of text (schema: docs/cli.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Side by side in one run: cache-line ping-pong, empty fork-join of the
+    /// pool vs a minimal spin pool, rayon and spawn-per-job (hot and after
+    /// an idle gap), read bandwidth vs f32 and Q8_0 matvec, and the decode
+    /// workload's tokens/s for serial, rayon and the pool.
+    Bench {
+        /// Smaller sizes and fewer repetitions (seconds, not a minute).
+        #[arg(long)]
+        quick: bool,
+        /// One JSON object instead of text (schema: docs/cli.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Sweep participants and spin budgets over the decode workload; print
+    /// the table and the recommended FERROX_CPU_THREADS / CMF_POOL_SPIN.
+    Tune {
+        /// Spin budgets to try, comma separated.
+        #[arg(long, value_delimiter = ',', default_values_t = vec![0usize, 500, 4000, 20000, 200000])]
+        spins: Vec<usize>,
+        /// Largest participant count to try (default: the usable CPUs).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        max_threads: Option<u32>,
+        /// Tokens decoded per point (after one warm-up token).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+        tokens: u32,
+        /// A small model, for a sweep in seconds.
+        #[arg(long)]
+        quick: bool,
+        /// Draw tokens/s vs participants, one line per spin budget, to FILE.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+        /// One JSON object instead of text (schema: docs/cli.md).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("POOL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => overview(),
+        Some(Command::Topo {
+            sysfs,
+            coordinator,
+            json,
+        }) => topo::run(sysfs.as_deref(), coordinator, json),
+        Some(Command::Bench { quick, json }) => bench::run(quick, json),
+        Some(Command::Tune {
+            spins,
+            max_threads,
+            tokens,
+            quick,
+            svg,
+            json,
+        }) => tune::run(tune::Options {
+            spins,
+            max_threads: max_threads.map(|n| n as usize),
+            tokens: tokens as usize,
+            quick,
+            svg,
+            json,
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("pool: error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The main job: topology, plan, quick benchmark.
+fn overview() -> Result<(), String> {
+    topo::run(None, false, false)?;
+    println!();
+    bench::run(true, false)
+}

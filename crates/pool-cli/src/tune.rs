@@ -1,0 +1,183 @@
+//! `pool tune`: participants x spin budgets over the decode workload.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use pool_core::Pool;
+use pool_matvec::decode::{DecodeConfig, DecodeExecutor, DecodeModel, Serial, WeightFormat};
+use serde::Serialize;
+
+pub(crate) struct Options {
+    pub(crate) spins: Vec<usize>,
+    pub(crate) max_threads: Option<usize>,
+    pub(crate) tokens: usize,
+    pub(crate) quick: bool,
+    pub(crate) svg: Option<PathBuf>,
+    pub(crate) json: bool,
+}
+
+/// One point of the sweep.
+#[derive(Serialize, Clone, Copy)]
+struct Point {
+    participants: usize,
+    spin: usize,
+    tokens_per_s: f64,
+}
+
+/// The JSON object of `pool tune --json` (docs/cli.md).
+#[derive(Serialize)]
+struct TuneReport {
+    model: [usize; 4],
+    tokens_per_point: usize,
+    points: Vec<Point>,
+    best: Point,
+    recommendation: String,
+}
+
+fn median_tokens_per_s(model: &DecodeModel, exec: &dyn DecodeExecutor, tokens: usize) -> f64 {
+    model.decode(exec, 1);
+    let mut runs: Vec<f64> = (0..tokens)
+        .map(|_| {
+            let start = Instant::now();
+            std::hint::black_box(model.decode(exec, 1));
+            1.0 / start.elapsed().as_secs_f64()
+        })
+        .collect();
+    runs.sort_by(f64::total_cmp);
+    runs[runs.len() / 2]
+}
+
+pub(crate) fn run(o: Options) -> Result<(), String> {
+    if o.spins.is_empty() {
+        return Err("--spins needs at least one budget".into());
+    }
+    let max = o.max_threads.unwrap_or_else(pool_topo::usable_cpus).max(1);
+    let config = if o.quick {
+        DecodeConfig {
+            dim: 256,
+            hidden: 512,
+            layers: 2,
+            vocab: 2000,
+        }
+    } else {
+        DecodeConfig::default()
+    };
+    let model = DecodeModel::random(config, WeightFormat::F32, 42);
+    let total = max * o.spins.len();
+    let bar = if o.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").map_err(|e| e.to_string())?,
+    );
+    let mut points = Vec::with_capacity(total);
+    for participants in 1..=max {
+        for &spin in &o.spins {
+            bar.set_message(format!("{participants} participants, spin {spin}"));
+            let tokens_per_s = if participants == 1 {
+                median_tokens_per_s(&model, &Serial, o.tokens)
+            } else {
+                let pool = Pool::with_spin(participants - 1, spin);
+                median_tokens_per_s(&model, &pool, o.tokens)
+            };
+            points.push(Point {
+                participants,
+                spin,
+                tokens_per_s,
+            });
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let best = *points
+        .iter()
+        .max_by(|a, b| a.tokens_per_s.total_cmp(&b.tokens_per_s))
+        .expect("at least one point");
+    let recommendation = format!(
+        "FERROX_CPU_THREADS={} CMF_POOL_SPIN={}",
+        best.participants, best.spin
+    );
+    if let Some(path) = &o.svg {
+        draw(path, &points, &o.spins, max).map_err(|e| format!("--svg {}: {e}", path.display()))?;
+    }
+    let report = TuneReport {
+        model: [config.dim, config.hidden, config.layers, config.vocab],
+        tokens_per_point: o.tokens,
+        points,
+        best,
+        recommendation,
+    };
+    if o.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    print!("{:>12}", "participants");
+    for spin in &o.spins {
+        print!("{:>12}", format!("spin {spin}"));
+    }
+    println!("   (tokens/s, median of {})", o.tokens);
+    for participants in 1..=max {
+        print!("{participants:>12}");
+        for p in report
+            .points
+            .iter()
+            .filter(|p| p.participants == participants)
+        {
+            print!("{:>12.1}", p.tokens_per_s);
+        }
+        println!();
+    }
+    println!("recommended: {}", report.recommendation);
+    Ok(())
+}
+
+fn draw(
+    path: &std::path::Path,
+    points: &[Point],
+    spins: &[usize],
+    max: usize,
+) -> Result<(), String> {
+    use plotters::prelude::*;
+    let top = points.iter().map(|p| p.tokens_per_s).fold(0.0, f64::max) * 1.1;
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("decode tokens/s vs participants", ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(1usize..max.max(2), 0.0..top.max(1.0))
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("participants")
+        .y_desc("tokens/s")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, &spin) in spins.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let series: Vec<(usize, f64)> = points
+            .iter()
+            .filter(|p| p.spin == spin)
+            .map(|p| (p.participants, p.tokens_per_s))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(series, color.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(format!("spin {spin}"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}

@@ -1,0 +1,214 @@
+//! The `pool` binary end to end.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn pool(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pool"))
+        .args(args)
+        .env_remove("FERROX_CPU_THREADS")
+        .env_remove("RAYON_NUM_THREADS")
+        .output()
+        .expect("run the pool binary")
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = pool(args);
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{args:?}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn fixture(host: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../pool-topo/tests/fixtures")
+        .join(host)
+        .join("devices/system")
+        .display()
+        .to_string()
+}
+
+fn numbers(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn topo_reads_a_captured_smt_server_and_plans_on_physical_cores() {
+    let r = json(&["topo", "--sysfs", &fixture("smt-16c32t"), "--json"]);
+    assert_eq!(r["logical_cpus"].as_array().unwrap().len(), 32);
+    assert_eq!(r["physical_cores"], 16);
+    assert_eq!(numbers(&r["cores"][3]["cpus"]), vec![3, 19]);
+    assert_eq!(r["width"]["threads"], 16);
+    assert_eq!(r["width"]["source"], "topology");
+    assert_eq!(r["plan"]["workers"], 15);
+    assert_eq!(
+        numbers(&r["plan"]["worker_cpus"]),
+        (1..16).collect::<Vec<u64>>()
+    );
+    assert_eq!(r["numa_nodes"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn topo_reports_hybrid_classes_and_a_coordinator_core() {
+    let r = json(&[
+        "topo",
+        "--sysfs",
+        &fixture("intel-hybrid"),
+        "--coordinator",
+        "--json",
+    ]);
+    assert_eq!(r["class_source"], "intel-hybrid");
+    assert_eq!(r["perf_cores"], 6);
+    assert_eq!(r["cores"][13]["class"], "efficiency");
+    assert_eq!(r["plan"]["coordinator_cpu"], 2);
+    let r = json(&["topo", "--sysfs", &fixture("numa-2socket"), "--json"]);
+    assert_eq!(r["numa_nodes"].as_array().unwrap().len(), 2);
+    assert_eq!(r["physical_cores"], 32);
+    let r = json(&["topo", "--sysfs", &fixture("broken-garbage"), "--json"]);
+    assert!(r["degraded"].as_str().unwrap().contains("zero-one"));
+}
+
+#[test]
+fn topo_on_this_host_names_where_the_width_came_from() {
+    let r = json(&["topo", "--json"]);
+    assert_eq!(r["source"], "host");
+    assert!(r["physical_cores"].as_u64().unwrap() >= 1);
+    let out = Command::new(env!("CARGO_BIN_EXE_pool"))
+        .args(["topo", "--json"])
+        .env("FERROX_CPU_THREADS", "3")
+        .output()
+        .unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["width"]["threads"], 3);
+    assert_eq!(r["width"]["source"], "FERROX_CPU_THREADS");
+}
+
+#[test]
+fn an_unreadable_sysfs_is_an_error_naming_the_path() {
+    let out = pool(&["topo", "--sysfs", "/nonexistent/system"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/system"), "{err}");
+}
+
+#[test]
+fn bad_flags_and_values_are_refused_with_a_message() {
+    for args in [
+        &["topo", "--bogus"][..],
+        &["tune", "--spins", "abc"],
+        &["tune", "--max-threads", "0"],
+        &["tune", "--tokens", "-3"],
+        &["frobnicate"],
+    ] {
+        let out = pool(args);
+        assert!(!out.status.success(), "{args:?} must fail");
+        assert!(!out.stderr.is_empty(), "{args:?} must say why");
+    }
+}
+
+#[test]
+fn every_subcommand_explains_itself() {
+    for sub in ["topo", "bench", "tune"] {
+        let out = pool(&[sub, "--help"]);
+        assert!(out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("--json"),
+            "{sub}"
+        );
+    }
+}
+
+#[test]
+fn bench_quick_json_has_every_field_with_sane_values() {
+    let r = json(&["bench", "--quick", "--json"]);
+    let positive = |path: &[&str]| {
+        let mut v = &r;
+        for key in path {
+            v = &v[*key];
+        }
+        let x = v
+            .as_f64()
+            .unwrap_or_else(|| panic!("{path:?} missing: {r}"));
+        assert!(x > 0.0 && x.is_finite(), "{path:?} = {x}");
+    };
+    for f in [
+        "ping_pong",
+        "spin_reference",
+        "pool_hot",
+        "pool_oversubscribed",
+        "rayon_broadcast_inside",
+        "rayon_broadcast_outside",
+        "spawn_per_job",
+        "pool_after_idle_gap",
+        "rayon_after_idle_gap",
+    ] {
+        positive(&["fork_join_ns", f, "median"]);
+    }
+    for f in [
+        "pool_vs_ping_pong",
+        "pool_vs_spin_reference",
+        "rayon_inside_vs_pool",
+        "rayon_outside_vs_pool",
+    ] {
+        positive(&["ratios", f]);
+    }
+    for f in [
+        "read_ceiling_gbs",
+        "f32_pool_gbs",
+        "f32_rayon_gbs",
+        "f32_serial_gbs",
+        "q8_0_pool_gbs",
+    ] {
+        positive(&["bandwidth", f, "median"]);
+    }
+    for f in [
+        "serial_tokens_per_s",
+        "rayon_tokens_per_s",
+        "pool_tokens_per_s",
+    ] {
+        positive(&["decode", f, "median"]);
+    }
+    positive(&["decode", "pool_vs_rayon"]);
+    positive(&["decode", "dispatches_per_token"]);
+}
+
+#[test]
+fn tune_sweeps_a_tiny_grid_and_recommends_a_setting() {
+    let svg = std::env::temp_dir().join(format!("pool-tune-{}.svg", std::process::id()));
+    let r = json(&[
+        "tune",
+        "--quick",
+        "--spins",
+        "0,4000",
+        "--max-threads",
+        "2",
+        "--tokens",
+        "2",
+        "--json",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(r["points"].as_array().unwrap().len(), 4);
+    let rec = r["recommendation"].as_str().unwrap();
+    assert!(
+        rec.starts_with("FERROX_CPU_THREADS=") && rec.contains("CMF_POOL_SPIN="),
+        "{rec}"
+    );
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawn.contains("<svg") && drawn.contains("spin 4000"));
+    let _ = std::fs::remove_file(svg);
+}
