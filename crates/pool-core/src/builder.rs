@@ -6,10 +6,10 @@ use std::io;
 use crate::dispatch::Shared;
 use crate::env::spin_budget_from_env;
 use crate::pool::Pool;
-use crate::sync::{thread, Arc};
+use crate::sync::{process, thread, Arc};
 use crate::worker::run_worker;
 
-type StartHook = Arc<dyn Fn(usize) + Send + Sync + 'static>;
+type StartHook = process::Arc<dyn Fn(usize) + Send + Sync + 'static>;
 
 /// Configures and starts a [`Pool`].
 ///
@@ -97,7 +97,7 @@ impl PoolBuilder {
     /// Called on each worker thread, with its index, before it takes jobs
     /// (after pinning). `build` returns after every hook returned.
     pub fn on_start(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
-        self.on_start = Some(Arc::new(hook));
+        self.on_start = Some(process::Arc::new(hook));
         self
     }
 

@@ -113,8 +113,9 @@ pub(crate) struct Shared {
     pub(crate) slots: Box<[WorkerSlot]>,
     /// Ticket holders that have not finished the current job.
     pub(crate) remaining: CachePadded<AtomicUsize>,
-    /// Bumped once per published job, invited or not: tells a spinning
-    /// worker the pool is busy, so it re-arms its spin budget.
+    /// Bumped once per published limited job: tells a spinning worker that
+    /// was not invited that the pool is busy, so it re-arms its spin budget.
+    /// (A full job invites everyone; their new tickets re-arm them.)
     pub(crate) epoch: CachePadded<AtomicUsize>,
     pub(crate) settings: CachePadded<Settings>,
     /// Callers take turns: one job in flight per pool.
@@ -231,7 +232,14 @@ impl Shared {
         // 1. Descriptor and count. Relaxed: published by the Release ticket
         //    stores below.
         self.remaining.store(invited, Ordering::Relaxed);
-        self.epoch.fetch_add(1, Ordering::Relaxed);
+        if invited < self.slots.len() {
+            // Re-arm the uninvited spinners' budgets. Skipped for a full job:
+            // every worker gets a ticket, and a write here would pull the
+            // line out of every spinner's cache on the hot path. Only the
+            // turn holder writes `epoch`, so load + store is enough.
+            let epoch = self.epoch.load(Ordering::Relaxed);
+            self.epoch.store(epoch.wrapping_add(1), Ordering::Relaxed);
+        }
         // 2. Inbox, then ticket with Release: pairs with the worker's Acquire
         //    ticket load in `idle::wait_for_ticket`.
         for slot in &self.slots[..invited] {

@@ -47,7 +47,7 @@ mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::hint::spin_loop;
     pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
-    pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+    pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
     pub(crate) use loom::thread::{self, JoinHandle, Thread};
     pub(crate) use loom::thread_local;
 
@@ -58,11 +58,12 @@ mod imp {
 
 pub(crate) use imp::*;
 
-/// Process-wide telemetry counters. These are plain `std` atomics even under
-/// loom: they are statistics, not part of the protocol, and loom atomics
-/// cannot live in a `static`.
+/// What stays `std` even under loom: process-wide telemetry counters (loom
+/// atomics cannot live in a `static`) and the `Arc` holding a user's start
+/// hook (loom's `Arc` cannot hold a `dyn`). Neither is part of the protocol.
 pub(crate) mod process {
     pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+    pub(crate) use std::sync::Arc;
 }
 
 /// A lock that tolerates poisoning: the pool re-raises participant panics
