@@ -61,6 +61,7 @@ fn pinning_needs_exactly_one_cpu_per_worker() {
 
 #[test]
 #[cfg(target_os = "linux")]
+#[cfg_attr(miri, ignore = "Miri has no sched_getcpu")]
 fn pinned_workers_run_on_their_cpu() {
     watched("pinned", |_| {
         let cpu = pool_topo::process_affinity_cpus()[0];

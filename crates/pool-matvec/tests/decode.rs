@@ -5,6 +5,10 @@ use pool_matvec::decode::{DecodeConfig, DecodeModel, Serial, WeightFormat};
 use testkit::watched;
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "millions of interpreted multiplies; its kernels run under Miri in kernels.rs"
+)]
 fn decode_logits_are_bit_identical_serial_and_on_pools_of_any_width() {
     watched("decode", |stage| {
         let config = DecodeConfig {

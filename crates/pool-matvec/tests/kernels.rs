@@ -6,8 +6,15 @@ use pool_matvec::decode::XorShift;
 use pool_matvec::*;
 use testkit::watched;
 
-const ROWS: [usize; 9] = [0, 1, 3, 4, 7, 255, 256, 259, 1024];
-const COLS: [usize; 6] = [0, 1, 3, 32, 65, 384];
+#[cfg(not(miri))]
+const ROWS: &[usize] = &[0, 1, 3, 4, 7, 255, 256, 259, 1024];
+#[cfg(not(miri))]
+const COLS: &[usize] = &[0, 1, 3, 32, 65, 384];
+// Miri interprets every multiply: a subset that keeps every code path.
+#[cfg(miri)]
+const ROWS: &[usize] = &[0, 1, 3, 4, 7, 9];
+#[cfg(miri)]
+const COLS: &[usize] = &[0, 1, 3, 32, 33];
 const SENTINEL: f32 = -12345.5;
 
 /// Values spanning 1e-3..1e3 in magnitude, both signs.
@@ -24,7 +31,8 @@ fn spread(n: usize, seed: u64) -> Vec<f32> {
 
 fn pools() -> Vec<Option<Pool>> {
     let mut pools = vec![None];
-    pools.extend((1..=4).map(|w| Some(Pool::with_spin(w, 500))));
+    let max_workers = if cfg!(miri) { 2 } else { 4 };
+    pools.extend((1..=max_workers).map(|w| Some(Pool::with_spin(w, 500))));
     pools
 }
 
@@ -41,8 +49,8 @@ fn bits(v: &[f32]) -> Vec<u32> {
 fn matvec_rows_is_bit_identical_to_the_naive_loop_for_every_shape_and_pool() {
     watched("exact", |stage| {
         let pools = pools();
-        for rows in ROWS {
-            for cols in COLS {
+        for &rows in ROWS {
+            for &cols in COLS {
                 let w = spread(rows * cols, 1 + rows as u64 * 7 + cols as u64);
                 let x = spread(cols, 99 + cols as u64);
                 let mut expected = vec![0.0; rows];
@@ -67,7 +75,8 @@ fn matvec_rows_is_bit_identical_to_the_naive_loop_for_every_shape_and_pool() {
 #[test]
 fn matvec_rows_above_the_gate_is_bit_identical_on_every_pool() {
     watched("exact_big", |_| {
-        let (rows, cols) = (600, 1000);
+        // Miri: the smallest shape above the gate, so the parallel path runs.
+        let (rows, cols) = if cfg!(miri) { (512, 512) } else { (600, 1000) };
         assert!(should_parallelize(rows, cols));
         let w = spread(rows * cols, 5);
         let x = spread(cols, 6);
@@ -97,7 +106,12 @@ fn out_may_be_a_prefix_of_the_weights_rows() {
 fn matvec_rows2_matches_matvec_rows_on_each_input() {
     watched("rows2", |_| {
         for pool in pools() {
-            for (rows, cols) in [(0, 4), (1, 1), (3, 65), (259, 384), (700, 400)] {
+            let shapes: &[(usize, usize)] = if cfg!(miri) {
+                &[(0, 4), (1, 1), (3, 65), (512, 512)]
+            } else {
+                &[(0, 4), (1, 1), (3, 65), (259, 384), (700, 400)]
+            };
+            for &(rows, cols) in shapes {
                 let w = spread(rows * cols, 11);
                 let (x1, x2) = (spread(cols, 12), spread(cols, 13));
                 let (mut e1, mut e2) = (vec![0.0; rows], vec![0.0; rows]);
@@ -148,6 +162,10 @@ fn the_fast_kernel_is_identical_across_thread_counts_and_to_its_portable_path() 
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a million interpreted multiplies; no unsafe code of its own"
+)]
 fn the_fast_kernel_differs_from_plain_order_by_rounding_only() {
     let (rows, cols) = (256, 4096);
     let mut rng = XorShift(77);
@@ -206,7 +224,12 @@ fn q8_0_reference(w: &[BlockQ8_0], x: &[f32], rows: usize) -> Vec<f32> {
 fn q8_0_matvec_matches_the_scalar_reference_on_every_pool() {
     watched("q8_0", |_| {
         let pools = pools();
-        for (rows, cols) in [(0, 32), (1, 32), (5, 64), (259, 384), (1024, 512)] {
+        let shapes: &[(usize, usize)] = if cfg!(miri) {
+            &[(0, 32), (1, 32), (5, 64), (512, 512)]
+        } else {
+            &[(0, 32), (1, 32), (5, 64), (259, 384), (1024, 512)]
+        };
+        for &(rows, cols) in shapes {
             let w = quantize_q8_0(&spread(rows * cols, 31));
             let x = spread(cols, 32);
             let expected = q8_0_reference(&w, &x, rows);
@@ -223,7 +246,7 @@ fn q8_0_matvec_matches_the_scalar_reference_on_every_pool() {
 #[test]
 fn q8_0_simd_and_scalar_dots_agree_even_on_extreme_blocks() {
     let mut rng = XorShift(41);
-    for case in 0..200 {
+    for case in 0..if cfg!(miri) { 20 } else { 200 } {
         let blocks = 1 + case % 9;
         let make = |rng: &mut XorShift| -> Vec<BlockQ8_0> {
             (0..blocks)

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Miri over pool-core's and pool-matvec's tests (scaled down under
+# cfg(miri)): the fat-pointer descriptor, the disjoint row writes, the
+# padding. Isolation is off so tests may read the clock, env and /proc.
+# Cost: see docs/testing.md (about 10 min on 2 cores).
+set -euo pipefail
+export MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation}"
+cargo +nightly miri setup
+cargo +nightly miri test -p pool-core -p pool-matvec
