@@ -25,8 +25,14 @@ impl Stage {
     }
 }
 
-/// Default limit: generous for a loaded 2-core CI machine and debug builds.
-pub const DEFAULT_LIMIT: Duration = Duration::from_secs(120);
+/// Default limit: generous for a loaded 2-core CI machine and debug builds;
+/// under Miri, which interprets every test of a binary in one process, far
+/// more.
+pub const DEFAULT_LIMIT: Duration = if cfg!(miri) {
+    Duration::from_secs(1800)
+} else {
+    Duration::from_secs(120)
+};
 
 /// Runs `body` on its own thread; if it has not finished within `limit`,
 /// fails the test with `name` and the last [`Stage`] it recorded. A panic

@@ -111,16 +111,16 @@ fn after_gap(samples: usize, gap: Duration, mut f: impl FnMut()) -> Summary {
     Stats::of(runs).into()
 }
 
-/// GB/s of `bytes` per call of `f`.
+/// GB/s of `bytes` for one call of `f`.
+fn gbs_once(bytes: usize, f: impl FnOnce()) -> f64 {
+    let start = Instant::now();
+    f();
+    bytes as f64 / start.elapsed().as_nanos() as f64
+}
+
+/// GB/s of `bytes` per call of `f`, `samples` times.
 fn gbs(samples: usize, bytes: usize, mut f: impl FnMut()) -> Summary {
-    let runs = (0..samples)
-        .map(|_| {
-            let start = Instant::now();
-            f();
-            bytes as f64 / start.elapsed().as_nanos() as f64
-        })
-        .collect();
-    Stats::of(runs).into()
+    Stats::of((0..samples).map(|_| gbs_once(bytes, &mut f)).collect()).into()
 }
 
 fn tokens_per_s(model: &DecodeModel, exec: &dyn DecodeExecutor, tokens: usize) -> Summary {
@@ -198,33 +198,33 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         spawn_vs_pool: spawn_per_job.median / pool_hot.median,
     };
 
-    // Bandwidth: a DRAM-sized matrix (64 MB; 32 MB quick).
-    let (rows, cols) = if quick { (2048, 4096) } else { (4096, 4096) };
+    // Bandwidth. Full: a 1 GiB matrix, past any last-level cache (this CI
+    // machine's L3 is 480 MiB). Quick: 32 MiB, which may sit in cache.
+    let (rows, cols) = if quick { (2048, 4096) } else { (16384, 16384) };
     let mut rng = XorShift(9);
     let w: Vec<f32> = (0..rows * cols).map(|_| rng.uniform()).collect();
     let x: Vec<f32> = (0..cols).map(|_| rng.uniform()).collect();
     let mut out = vec![0.0f32; rows];
     let f32_bytes = rows * cols * 4;
-    let bw_samples = if quick { 7 } else { 15 };
+    let bw_samples = if quick { 7 } else { 9 };
+    // Round-robin, one sample of each per round, so machine noise hits the
+    // ceiling and the kernels alike.
+    let mut runs: [Vec<f64>; 4] = Default::default();
     read_ceiling(Some(&pool), &w);
-    let read_ceiling_gbs = gbs(bw_samples, f32_bytes, || {
-        std::hint::black_box(read_ceiling(Some(&pool), &w));
-    });
-    let f32_pool_gbs = gbs(bw_samples, f32_bytes, || {
-        matvec_f32_fast(Some(&pool), &w, &x, &mut out)
-    });
-    let f32_rayon_gbs = gbs(bw_samples, f32_bytes, || {
-        rayon_matvec_f32(&rayon, &w, &x, &mut out)
-    });
-    let f32_serial_gbs = gbs(bw_samples, f32_bytes, || {
-        matvec_f32_fast(None, &w, &x, &mut out)
-    });
+    for _ in 0..bw_samples {
+        runs[0].push(gbs_once(f32_bytes, || {
+            std::hint::black_box(read_ceiling(Some(&pool), &w));
+        }));
+        runs[1].push(gbs_once(f32_bytes, || matvec_f32_fast(Some(&pool), &w, &x, &mut out)));
+        runs[2].push(gbs_once(f32_bytes, || rayon_matvec_f32(&rayon, &w, &x, &mut out)));
+        runs[3].push(gbs_once(f32_bytes, || matvec_f32_fast(None, &w, &x, &mut out)));
+    }
+    let [read_ceiling_gbs, f32_pool_gbs, f32_rayon_gbs, f32_serial_gbs] =
+        runs.map(|r| Summary::from(Stats::of(r)));
     let q: Vec<BlockQ8_0> = quantize_q8_0(&w);
     drop(w);
     let q_bytes = q.len() * std::mem::size_of::<BlockQ8_0>();
-    let q8_0_pool_gbs = gbs(bw_samples, q_bytes, || {
-        matvec_q8_0(Some(&pool), &q, &x, &mut out)
-    });
+    let q8_0_pool_gbs = gbs(bw_samples, q_bytes, || matvec_q8_0(Some(&pool), &q, &x, &mut out));
     drop(q);
     let bandwidth = Bandwidth {
         matrix: [rows, cols],
@@ -347,7 +347,7 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
     );
     let b = &r.bandwidth;
     println!("bandwidth, {}x{} f32 matrix", b.matrix[0], b.matrix[1]);
-    line("parallel read (ceiling)", &b.read_ceiling_gbs, "GB/s");
+    line("parallel read of the same bytes (ceiling)", &b.read_ceiling_gbs, "GB/s");
     line("f32 matvec, pool", &b.f32_pool_gbs, "GB/s");
     line("f32 matvec, rayon", &b.f32_rayon_gbs, "GB/s");
     line("f32 matvec, serial", &b.f32_serial_gbs, "GB/s");

@@ -113,6 +113,10 @@ pub(crate) struct Shared {
     pub(crate) slots: Box<[WorkerSlot]>,
     /// Ticket holders that have not finished the current job.
     pub(crate) remaining: CachePadded<AtomicUsize>,
+    /// Set by a worker whose share panicked, before its `remaining`
+    /// decrement; lets the caller skip the `worker_panic` lock on the
+    /// common path.
+    pub(crate) worker_panicked: CachePadded<AtomicBool>,
     /// Bumped once per published limited job: tells a spinning worker that
     /// was not invited that the pool is busy, so it re-arms its spin budget.
     /// (A full job invites everyone; their new tickets re-arm them.)
@@ -176,6 +180,7 @@ impl Shared {
         Shared {
             slots,
             remaining: CachePadded::new(AtomicUsize::new(0)),
+            worker_panicked: CachePadded::new(AtomicBool::new(false)),
             epoch: CachePadded::new(AtomicUsize::new(0)),
             settings: CachePadded::new(Settings {
                 shutdown: AtomicBool::new(false),
@@ -207,7 +212,7 @@ impl Shared {
         }
         let turn = lock(&self.turn);
         let caller_result = self.publish_and_join(threads, invited, f);
-        let worker_panic = lock(&self.worker_panic).take();
+        let worker_panic = self.take_worker_panic();
         drop(turn);
         match caller_result {
             // The caller's own panic wins; a worker's is dropped with it.
@@ -254,7 +259,6 @@ impl Shared {
                 .ticket
                 .store(ticket.wrapping_add(1), Ordering::Release);
         }
-        DISPATCHES.fetch_add(1, process::Ordering::Relaxed);
         // 3. Pairs with the worker's fence between `parked = true` and its
         //    ticket re-check: one of us sees the other's store.
         fence(Ordering::SeqCst);
@@ -263,6 +267,8 @@ impl Shared {
                 thread.unpark();
             }
         }
+        // After the fence drained the store buffer, this RMW is cheap.
+        DISPATCHES.fetch_add(1, process::Ordering::Relaxed);
         // 4. The caller's share, as the last participant.
         let id = self.id();
         let caller_result = panic::catch_unwind(AssertUnwindSafe(|| {
@@ -295,11 +301,26 @@ impl Shared {
     }
 
     /// Records a worker's panic payload if it is the first of this job.
+    /// Called before the worker's `remaining` decrement.
     #[cold]
     pub(crate) fn record_worker_panic(&self, payload: Box<dyn Any + Send + 'static>) {
         let mut slot = lock(&self.worker_panic);
         if slot.is_none() {
             *slot = Some(payload);
         }
+        // Relaxed: published by the worker's Release decrement that follows.
+        self.worker_panicked.store(true, Ordering::Relaxed);
+    }
+
+    /// The payload of a worker panic in the job just joined, if any. Only
+    /// after `wait_for_workers`: its Acquire load of `remaining == 0` made
+    /// every worker's `worker_panicked` store visible.
+    #[inline]
+    fn take_worker_panic(&self) -> Option<Box<dyn Any + Send + 'static>> {
+        if !self.worker_panicked.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.worker_panicked.store(false, Ordering::Relaxed);
+        lock(&self.worker_panic).take()
     }
 }

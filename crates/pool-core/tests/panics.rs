@@ -18,12 +18,13 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 
 fn assert_pool_whole(pool: &Pool) {
     let calls = AtomicUsize::new(0);
-    for _ in 0..20 {
+    let jobs = if cfg!(miri) { 2 } else { 20 };
+    for _ in 0..jobs {
         pool.run(&|_, _| {
             calls.fetch_add(1, Ordering::Relaxed);
         });
     }
-    assert_eq!(calls.load(Ordering::Relaxed), 20 * (pool.n_workers() + 1));
+    assert_eq!(calls.load(Ordering::Relaxed), jobs * (pool.n_workers() + 1));
 }
 
 #[test]
@@ -73,7 +74,7 @@ fn the_callers_own_panic_wins_over_a_workers() {
 fn several_panicking_participants_reraise_one_payload_and_the_pool_keeps_working() {
     watched("many_panics", |stage| {
         let pool = Pool::with_spin(4, 0);
-        for round in 0..20 {
+        for round in 0..if cfg!(miri) { 3 } else { 20 } {
             stage.set(format!("round {round}"));
             let result = catch_unwind(AssertUnwindSafe(|| {
                 pool.run(&|idx, n| {

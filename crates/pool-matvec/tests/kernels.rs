@@ -82,7 +82,8 @@ fn matvec_rows_above_the_gate_is_bit_identical_on_every_pool() {
         let x = spread(cols, 6);
         let mut expected = vec![0.0; rows];
         matvec_naive(&w, &x, &mut expected);
-        for pool in pools() {
+        let pools = if cfg!(miri) { vec![Some(Pool::with_spin(1, 500))] } else { pools() };
+        for pool in pools {
             let mut out = vec![0.0; rows];
             matvec_rows(pool.as_ref(), &w, &x, &mut out);
             assert_eq!(bits(&out), bits(&expected));
@@ -107,7 +108,7 @@ fn matvec_rows2_matches_matvec_rows_on_each_input() {
     watched("rows2", |_| {
         for pool in pools() {
             let shapes: &[(usize, usize)] = if cfg!(miri) {
-                &[(0, 4), (1, 1), (3, 65), (512, 512)]
+                &[(0, 4), (1, 1), (3, 65)]
             } else {
                 &[(0, 4), (1, 1), (3, 65), (259, 384), (700, 400)]
             };
@@ -225,7 +226,7 @@ fn q8_0_matvec_matches_the_scalar_reference_on_every_pool() {
     watched("q8_0", |_| {
         let pools = pools();
         let shapes: &[(usize, usize)] = if cfg!(miri) {
-            &[(0, 32), (1, 32), (5, 64), (512, 512)]
+            &[(0, 32), (1, 32), (5, 64)]
         } else {
             &[(0, 32), (1, 32), (5, 64), (259, 384), (1024, 512)]
         };
