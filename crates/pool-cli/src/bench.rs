@@ -13,7 +13,7 @@ use serde::Serialize;
 /// Median, extremes and count of repeated samples.
 #[derive(Serialize, Clone, Copy)]
 pub(crate) struct Summary {
-    median: f64,
+    pub(crate) median: f64,
     min: f64,
     max: f64,
     samples: usize,
@@ -123,7 +123,11 @@ fn gbs(samples: usize, bytes: usize, mut f: impl FnMut()) -> Summary {
     Stats::of((0..samples).map(|_| gbs_once(bytes, &mut f)).collect()).into()
 }
 
-fn tokens_per_s(model: &DecodeModel, exec: &dyn DecodeExecutor, tokens: usize) -> Summary {
+pub(crate) fn tokens_per_s(
+    model: &DecodeModel,
+    exec: &dyn DecodeExecutor,
+    tokens: usize,
+) -> Summary {
     model.decode(exec, 1); // warm-up
     let runs = (0..tokens)
         .map(|_| {
@@ -215,16 +219,24 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         runs[0].push(gbs_once(f32_bytes, || {
             std::hint::black_box(read_ceiling(Some(&pool), &w));
         }));
-        runs[1].push(gbs_once(f32_bytes, || matvec_f32_fast(Some(&pool), &w, &x, &mut out)));
-        runs[2].push(gbs_once(f32_bytes, || rayon_matvec_f32(&rayon, &w, &x, &mut out)));
-        runs[3].push(gbs_once(f32_bytes, || matvec_f32_fast(None, &w, &x, &mut out)));
+        runs[1].push(gbs_once(f32_bytes, || {
+            matvec_f32_fast(Some(&pool), &w, &x, &mut out)
+        }));
+        runs[2].push(gbs_once(f32_bytes, || {
+            rayon_matvec_f32(&rayon, &w, &x, &mut out)
+        }));
+        runs[3].push(gbs_once(f32_bytes, || {
+            matvec_f32_fast(None, &w, &x, &mut out)
+        }));
     }
     let [read_ceiling_gbs, f32_pool_gbs, f32_rayon_gbs, f32_serial_gbs] =
         runs.map(|r| Summary::from(Stats::of(r)));
     let q: Vec<BlockQ8_0> = quantize_q8_0(&w);
     drop(w);
     let q_bytes = q.len() * std::mem::size_of::<BlockQ8_0>();
-    let q8_0_pool_gbs = gbs(bw_samples, q_bytes, || matvec_q8_0(Some(&pool), &q, &x, &mut out));
+    let q8_0_pool_gbs = gbs(bw_samples, q_bytes, || {
+        matvec_q8_0(Some(&pool), &q, &x, &mut out)
+    });
     drop(q);
     let bandwidth = Bandwidth {
         matrix: [rows, cols],
@@ -347,7 +359,11 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
     );
     let b = &r.bandwidth;
     println!("bandwidth, {}x{} f32 matrix", b.matrix[0], b.matrix[1]);
-    line("parallel read of the same bytes (ceiling)", &b.read_ceiling_gbs, "GB/s");
+    line(
+        "parallel read of the same bytes (ceiling)",
+        &b.read_ceiling_gbs,
+        "GB/s",
+    );
     line("f32 matvec, pool", &b.f32_pool_gbs, "GB/s");
     line("f32 matvec, rayon", &b.f32_rayon_gbs, "GB/s");
     line("f32 matvec, serial", &b.f32_serial_gbs, "GB/s");

@@ -1,7 +1,6 @@
 //! `pool tune`: participants x spin budgets over the decode workload.
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use pool_core::Pool;
@@ -36,16 +35,7 @@ struct TuneReport {
 }
 
 fn median_tokens_per_s(model: &DecodeModel, exec: &dyn DecodeExecutor, tokens: usize) -> f64 {
-    model.decode(exec, 1);
-    let mut runs: Vec<f64> = (0..tokens)
-        .map(|_| {
-            let start = Instant::now();
-            std::hint::black_box(model.decode(exec, 1));
-            1.0 / start.elapsed().as_secs_f64()
-        })
-        .collect();
-    runs.sort_by(f64::total_cmp);
-    runs[runs.len() / 2]
+    crate::bench::tokens_per_s(model, exec, tokens).median
 }
 
 pub(crate) fn run(o: Options) -> Result<(), String> {

@@ -14,8 +14,7 @@
 
 use pool_core::Pool;
 
-use crate::disjoint::DisjointRows;
-use crate::rows::run_rows_on;
+use crate::each::for_each_row;
 use crate::shape::{check_matvec, should_parallelize};
 
 const LANES: usize = 32;
@@ -31,14 +30,8 @@ pub fn matvec_f32_fast(pool: Option<&Pool>, w: &[f32], x: &[f32], out: &mut [f32
     check_matvec("matvec_f32_fast", w.len(), rows, cols);
     let pool = pool.filter(|_| should_parallelize(rows, cols));
     let dot = select_dot();
-    let out = DisjointRows::new(out);
-    run_rows_on(pool, rows, &|start, end| {
-        // SAFETY: run_rows hands out each range once (DisjointRows invariant).
-        let out = unsafe { out.rows(start, end) };
-        for (o, value) in out.iter_mut().enumerate() {
-            let row = start + o;
-            *value = dot(&w[row * cols..(row + 1) * cols], x);
-        }
+    for_each_row(pool, out, &|row, value| {
+        *value = dot(&w[row * cols..(row + 1) * cols], x);
     });
 }
 

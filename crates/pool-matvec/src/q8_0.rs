@@ -12,8 +12,7 @@
 use half::f16;
 use pool_core::Pool;
 
-use crate::disjoint::DisjointRows;
-use crate::rows::run_rows_on;
+use crate::each::for_each_row;
 use crate::shape::should_parallelize;
 
 /// Weights per Q8_0 block.
@@ -98,14 +97,8 @@ pub fn matvec_q8_0(pool: Option<&Pool>, w: &[BlockQ8_0], x: &[f32], out: &mut [f
     let xq = quantize_q8_0(x);
     let dot = select_dot();
     let pool = pool.filter(|_| should_parallelize(rows, cols));
-    let out = DisjointRows::new(out);
-    run_rows_on(pool, rows, &|start, end| {
-        // SAFETY: run_rows hands out each range once (DisjointRows invariant).
-        let out = unsafe { out.rows(start, end) };
-        for (o, value) in out.iter_mut().enumerate() {
-            let row = start + o;
-            *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], &xq);
-        }
+    for_each_row(pool, out, &|row, value| {
+        *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], &xq);
     });
 }
 

@@ -82,7 +82,11 @@ fn matvec_rows_above_the_gate_is_bit_identical_on_every_pool() {
         let x = spread(cols, 6);
         let mut expected = vec![0.0; rows];
         matvec_naive(&w, &x, &mut expected);
-        let pools = if cfg!(miri) { vec![Some(Pool::with_spin(1, 500))] } else { pools() };
+        let pools = if cfg!(miri) {
+            vec![Some(Pool::with_spin(1, 500))]
+        } else {
+            pools()
+        };
         for pool in pools {
             let mut out = vec![0.0; rows];
             matvec_rows(pool.as_ref(), &w, &x, &mut out);
