@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use crossbeam_utils::CachePadded;
 use pool_core::Pool;
 use pool_matvec::decode::{DecodeExecutor, Input, Matrix};
-use pool_matvec::{dot_fast, grain_for, RowParallel};
+use pool_matvec::{grain_for, matvec_f32_fast, RowParallel};
 use rayon::prelude::*;
 
 /// Two threads bouncing one cache line: the caller writes an odd value, the
@@ -174,13 +174,7 @@ pub fn read_ceiling(pool: Option<&Pool>, data: &[f32]) -> u32 {
     let rows = data.len() / ROW;
     let total = AtomicU64::new(0);
     let read = |start: usize, end: usize| {
-        let mut acc = [0u32; 16];
-        for chunk in data[start * ROW..end * ROW].chunks_exact(16) {
-            for (a, v) in acc.iter_mut().zip(chunk) {
-                *a = a.wrapping_add(v.to_bits());
-            }
-        }
-        let sum = acc.iter().fold(0u32, |s, v| s.wrapping_add(*v));
+        let sum = sum_bits(&data[start * ROW..end * ROW]);
         total.fetch_add(u64::from(sum), Ordering::Relaxed);
     };
     match pool {
@@ -190,8 +184,50 @@ pub fn read_ceiling(pool: Option<&Pool>, data: &[f32]) -> u32 {
     total.load(Ordering::Relaxed) as u32
 }
 
+/// Wrapping sum of the values' bits: one load and one integer add per 8
+/// values, four independent accumulators (AVX2), so the loop never limits
+/// the read.
+fn sum_bits(data: &[f32]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was detected just above.
+        return unsafe { sum_bits_avx2(data) };
+    }
+    data.iter().fold(0u32, |s, v| s.wrapping_add(v.to_bits()))
+}
+
+/// # Safety
+///
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_bits_avx2(data: &[f32]) -> u32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_si256(); 4];
+    let chunks = data.chunks_exact(32);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `chunk` holds 32 values; lane group k is 8 of them.
+            let v = unsafe { _mm256_loadu_si256(chunk.as_ptr().add(8 * k).cast()) };
+            *a = _mm256_add_epi32(*a, v);
+        }
+    }
+    let mut lanes = [0u32; 8];
+    let sum = _mm256_add_epi32(
+        _mm256_add_epi32(acc[0], acc[1]),
+        _mm256_add_epi32(acc[2], acc[3]),
+    );
+    // SAFETY: `lanes` is 32 writable bytes.
+    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sum) };
+    let body = lanes.iter().fold(0u32, |s, v| s.wrapping_add(*v));
+    tail.iter().fold(body, |s, v| s.wrapping_add(v.to_bits()))
+}
+
 /// `out = W x` with the fast f32 kernel on rayon `par_chunks_mut`, the grain
-/// chosen as for the pool: the migration an engine would write.
+/// chosen as for the pool: the migration an engine would write. Each chunk
+/// runs the very kernel the pool runs (serially), so only the executor
+/// differs.
 pub fn rayon_matvec_f32(pool: &rayon::ThreadPool, w: &[f32], x: &[f32], out: &mut [f32]) {
     let cols = x.len();
     let grain = grain_for(out.len(), pool.current_num_threads());
@@ -200,10 +236,7 @@ pub fn rayon_matvec_f32(pool: &rayon::ThreadPool, w: &[f32], x: &[f32], out: &mu
             .enumerate()
             .for_each(|(chunk, o)| {
                 let start = chunk * grain;
-                for (i, v) in o.iter_mut().enumerate() {
-                    let row = start + i;
-                    *v = dot_fast(&w[row * cols..(row + 1) * cols], x);
-                }
+                matvec_f32_fast(None, &w[start * cols..(start + o.len()) * cols], x, o);
             });
     });
 }

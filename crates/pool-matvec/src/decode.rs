@@ -11,7 +11,7 @@
 use pool_core::Pool;
 
 use crate::disjoint::DisjointRows;
-use crate::fast::dot_fast;
+use crate::fast::matvec_f32_fast;
 use crate::q8_0::{dot_q8_0, quantize_q8_0, BlockQ8_0, QK8_0};
 use crate::rows::{RowFn, RowParallel};
 
@@ -118,10 +118,8 @@ impl Matrix {
         let cols = self.cols;
         match &self.data {
             MatrixData::F32(w) => {
-                for (o, value) in out.iter_mut().enumerate() {
-                    let row = start + o;
-                    *value = dot_fast(&w[row * cols..(row + 1) * cols], x.f32);
-                }
+                let rows = &w[start * cols..(start + out.len()) * cols];
+                matvec_f32_fast(None, rows, x.f32, out);
             }
             MatrixData::Q8_0(w) => {
                 let xq = x.q8_0.as_deref().expect("Input prepared for Q8_0");

@@ -14,7 +14,8 @@
 
 use pool_core::Pool;
 
-use crate::each::for_each_row;
+use crate::disjoint::DisjointRows;
+use crate::rows::run_rows_on;
 use crate::shape::{check_matvec, should_parallelize};
 
 const LANES: usize = 32;
@@ -29,9 +30,23 @@ pub fn matvec_f32_fast(pool: Option<&Pool>, w: &[f32], x: &[f32], out: &mut [f32
     let (rows, cols) = (out.len(), x.len());
     check_matvec("matvec_f32_fast", w.len(), rows, cols);
     let pool = pool.filter(|_| should_parallelize(rows, cols));
-    let dot = select_dot();
-    for_each_row(pool, out, &|row, value| {
-        *value = dot(&w[row * cols..(row + 1) * cols], x);
+    let (dot, dot2) = (select_dot(), select_dot2());
+    let out = DisjointRows::new(out);
+    run_rows_on(pool, rows, &|start, end| {
+        // SAFETY: run_rows hands out each range once (DisjointRows invariant).
+        let out = unsafe { out.rows(start, end) };
+        let row = |r: usize| &w[r * cols..(r + 1) * cols];
+        // Two rows per pass: each load of `x` serves both (x may not fit
+        // in L1), and each row's arithmetic is exactly the one-row kernel's.
+        let mut pairs = out.chunks_exact_mut(2);
+        let mut r = start;
+        for pair in &mut pairs {
+            (pair[0], pair[1]) = dot2(row(r), row(r + 1), x);
+            r += 2;
+        }
+        if let [last] = pairs.into_remainder() {
+            *last = dot(row(r), x);
+        }
     });
 }
 
@@ -66,6 +81,19 @@ pub fn dot_fast(w: &[f32], x: &[f32]) -> f32 {
 }
 
 type DotFn = fn(&[f32], &[f32]) -> f32;
+type Dot2Fn = fn(&[f32], &[f32], &[f32]) -> (f32, f32);
+
+fn dot2_portable(w0: &[f32], w1: &[f32], x: &[f32]) -> (f32, f32) {
+    (dot_fast_portable(w0, x), dot_fast_portable(w1, x))
+}
+
+fn select_dot2() -> Dot2Fn {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        return avx2::dot2;
+    }
+    dot2_portable
+}
 
 fn select_dot() -> DotFn {
     #[cfg(target_arch = "x86_64")]
@@ -88,45 +116,38 @@ mod avx2 {
         unsafe { dot_avx2(w, x) }
     }
 
+    /// Safe entry: only selected after AVX2 and FMA were detected.
+    pub(super) fn dot2(w0: &[f32], w1: &[f32], x: &[f32]) -> (f32, f32) {
+        // SAFETY: `select_dot2` returns this function only when the CPU
+        // reports AVX2 and FMA.
+        unsafe { dot2_avx2(w0, w1, x) }
+    }
+
+    /// Four 8-lane FMA accumulators over `j < body`, lane `l` of
+    /// accumulator `a` holding `j ≡ 8a + l (mod 32)`.
+    ///
     /// # Safety
     ///
-    /// The CPU must support AVX2 and FMA; `w` and `x` have equal lengths.
+    /// AVX2 and FMA; `j + 32 <= w.len()` and `<= x.len()`.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn dot_avx2(w: &[f32], x: &[f32]) -> f32 {
-        assert_eq!(w.len(), x.len());
-        let body = w.len() / LANES * LANES;
-        let (mut a0, mut a1, mut a2, mut a3) = (
-            _mm256_setzero_ps(),
-            _mm256_setzero_ps(),
-            _mm256_setzero_ps(),
-            _mm256_setzero_ps(),
-        );
-        let (wp, xp) = (w.as_ptr(), x.as_ptr());
-        let mut j = 0;
-        while j < body {
-            // SAFETY: j + 32 <= body <= len for both slices.
-            unsafe {
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wp.add(j)), _mm256_loadu_ps(xp.add(j)), a0);
-                a1 = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(wp.add(j + 8)),
-                    _mm256_loadu_ps(xp.add(j + 8)),
-                    a1,
-                );
-                a2 = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(wp.add(j + 16)),
-                    _mm256_loadu_ps(xp.add(j + 16)),
-                    a2,
-                );
-                a3 = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(wp.add(j + 24)),
-                    _mm256_loadu_ps(xp.add(j + 24)),
-                    a3,
-                );
-            }
-            j += LANES;
+    #[inline]
+    unsafe fn step(acc: &mut [__m256; 4], w: *const f32, x: &[__m256; 4]) {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: the caller guarantees 32 readable values at `w`.
+            *a = _mm256_fmadd_ps(unsafe { _mm256_loadu_ps(w.add(8 * k)) }, x[k], *a);
         }
+    }
+
+    /// The fixed reduction tree, then the tail fused in `j` order.
+    ///
+    /// # Safety
+    ///
+    /// AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn finish(acc: [__m256; 4], w: &[f32], x: &[f32], body: usize) -> f32 {
         // s[k] = (a0[k] + a1[k]) + (a2[k] + a3[k])
-        let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
         // t[k] = s[k] + s[k + 4]
         let t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
         // u[k] = t[k] + t[k + 2]
@@ -137,5 +158,58 @@ mod avx2 {
             result = w[k].mul_add(x[k], result);
         }
         result
+    }
+
+    /// # Safety
+    ///
+    /// Loads 32 values of `x` at `j`: `j + 32 <= x.len()`; AVX.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn load_x(x: *const f32) -> [__m256; 4] {
+        // SAFETY: the caller guarantees 32 readable values at `x`.
+        unsafe { [0, 8, 16, 24].map(|k| _mm256_loadu_ps(x.add(k))) }
+    }
+
+    /// # Safety
+    ///
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_avx2(w: &[f32], x: &[f32]) -> f32 {
+        assert_eq!(w.len(), x.len());
+        let body = w.len() / LANES * LANES;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut j = 0;
+        while j < body {
+            // SAFETY: j + 32 <= body <= len of both slices.
+            unsafe { step(&mut acc, w.as_ptr().add(j), &load_x(x.as_ptr().add(j))) };
+            j += LANES;
+        }
+        // SAFETY: AVX2 and FMA, by this function's contract.
+        unsafe { finish(acc, w, x, body) }
+    }
+
+    /// Two rows, one pass over `x`; each row's operations are exactly
+    /// `dot_avx2`'s.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot2_avx2(w0: &[f32], w1: &[f32], x: &[f32]) -> (f32, f32) {
+        assert!(w0.len() == x.len() && w1.len() == x.len());
+        let body = x.len() / LANES * LANES;
+        let (mut a, mut b) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
+        let mut j = 0;
+        while j < body {
+            // SAFETY: j + 32 <= body <= len of all three slices.
+            unsafe {
+                let xs = load_x(x.as_ptr().add(j));
+                step(&mut a, w0.as_ptr().add(j), &xs);
+                step(&mut b, w1.as_ptr().add(j), &xs);
+            }
+            j += LANES;
+        }
+        // SAFETY: AVX2 and FMA, by this function's contract.
+        unsafe { (finish(a, w0, x, body), finish(b, w1, x, body)) }
     }
 }

@@ -135,7 +135,7 @@ type DotFn = fn(&[BlockQ8_0], &[BlockQ8_0]) -> f32;
 
 fn select_dot() -> DotFn {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c") {
         return avx2::dot;
     }
     dot_q8_0_scalar
@@ -145,23 +145,64 @@ fn select_dot() -> DotFn {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{accumulate, BlockQ8_0, QK8_0};
+    use super::{BlockQ8_0, QK8_0};
 
-    /// Safe entry: only selected after AVX2 was detected.
+    /// Safe entry: only selected after AVX2 and F16C were detected.
     pub(super) fn dot(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
         // SAFETY: `select_dot` returns this function only when the CPU
-        // reports AVX2.
-        accumulate(w, x, |a, b| unsafe { sumi_avx2(a, b) })
+        // reports AVX2 and F16C.
+        unsafe { dot_avx2(w, x) }
     }
 
-    /// The exact integer dot of one block pair.
+    /// Eight blocks at a time: eight exact integer dots reduced together,
+    /// eight scale products in one vector multiply, then the eight terms
+    /// added to `acc` one by one in block order: exactly the scalar path's
+    /// `acc += sumi as f32 * (d_w * d_x)`, since each term is computed
+    /// with the same IEEE operations and the sum keeps its order.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2 and F16C.
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn dot_avx2(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
+        let blocks = w.len().min(x.len());
+        let mut acc = 0.0f32;
+        let mut b = 0;
+        while b + 8 <= blocks {
+            let mut partial = [_mm256_setzero_si256(); 8];
+            for (k, p) in partial.iter_mut().enumerate() {
+                // SAFETY: AVX2, by this function's contract.
+                *p = unsafe { partial_sums(&w[b + k].qs, &x[b + k].qs) };
+            }
+            let sumi = _mm256_cvtepi32_ps(reduce8(partial));
+            let dw = scales(&w[b..b + 8]);
+            let dx = scales(&x[b..b + 8]);
+            let terms = _mm256_mul_ps(sumi, _mm256_mul_ps(dw, dx));
+            let mut lanes = [0.0f32; 8];
+            // SAFETY: `lanes` is 32 writable bytes.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), terms) };
+            for term in lanes {
+                acc += term;
+            }
+            b += 8;
+        }
+        for (bw, bx) in w[b..blocks].iter().zip(&x[b..blocks]) {
+            // SAFETY: AVX2, by this function's contract.
+            let sumi = unsafe { reduce1(partial_sums(&bw.qs, &bx.qs)) };
+            acc += sumi as f32 * (bw.d.to_f32() * bx.d.to_f32());
+        }
+        acc
+    }
+
+    /// Eight i32 partial sums of one block pair's products (exact: widened
+    /// to i16 first, so even -128 * -128 never saturates).
     ///
     /// # Safety
     ///
     /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
     #[inline]
-    unsafe fn sumi_avx2(a: &[i8; QK8_0], b: &[i8; QK8_0]) -> i32 {
+    unsafe fn partial_sums(a: &[i8; QK8_0], b: &[i8; QK8_0]) -> __m256i {
         // SAFETY: both arrays are exactly 32 bytes: one unaligned load each.
         let (va, vb) = unsafe {
             (
@@ -169,18 +210,46 @@ mod avx2 {
                 _mm256_loadu_si256(b.as_ptr().cast()),
             )
         };
-        // Widen to i16 so products never saturate, then madd to i32 pairs.
         let a_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(va));
         let a_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(va));
         let b_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(vb));
         let b_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(vb));
-        let sum = _mm256_add_epi32(_mm256_madd_epi16(a_lo, b_lo), _mm256_madd_epi16(a_hi, b_hi));
-        let s128 = _mm_add_epi32(
-            _mm256_castsi256_si128(sum),
-            _mm256_extracti128_si256::<1>(sum),
-        );
+        _mm256_add_epi32(_mm256_madd_epi16(a_lo, b_lo), _mm256_madd_epi16(a_hi, b_hi))
+    }
+
+    /// The sum of one vector's eight lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn reduce1(v: __m256i) -> i32 {
+        let s128 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
         let s64 = _mm_add_epi32(s128, _mm_unpackhi_epi64(s128, s128));
         let s32 = _mm_add_epi32(s64, _mm_shuffle_epi32::<0b01>(s64));
         _mm_cvtsi128_si32(s32)
+    }
+
+    /// Lane `k` of the result is the sum of `v[k]`'s eight lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn reduce8(v: [__m256i; 8]) -> __m256i {
+        let h01 = _mm256_hadd_epi32(v[0], v[1]);
+        let h23 = _mm256_hadd_epi32(v[2], v[3]);
+        let h45 = _mm256_hadd_epi32(v[4], v[5]);
+        let h67 = _mm256_hadd_epi32(v[6], v[7]);
+        // Per 128-bit half: [v0, v1, v2, v3] sums of that half's lanes.
+        let h0123 = _mm256_hadd_epi32(h01, h23);
+        let h4567 = _mm256_hadd_epi32(h45, h67);
+        let low_halves = _mm256_permute2x128_si256::<0x20>(h0123, h4567);
+        let high_halves = _mm256_permute2x128_si256::<0x31>(h0123, h4567);
+        _mm256_add_epi32(low_halves, high_halves)
+    }
+
+    /// The eight blocks' f16 scales as f32 (F16C: exact, like `half`).
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    fn scales(blocks: &[BlockQ8_0]) -> __m256 {
+        let bits: [u16; 8] = std::array::from_fn(|k| blocks[k].d.to_bits());
+        // SAFETY: `bits` is 16 readable bytes.
+        let packed = unsafe { _mm_loadu_si128(bits.as_ptr().cast()) };
+        _mm256_cvtph_ps(packed)
     }
 }
