@@ -5,8 +5,8 @@
 //! multiple of 32; the lanes are reduced in one fixed tree
 //! (`s[k] = (a[k] + a[k+8]) + (a[k+16] + a[k+24])`, then halves of 4, 2, 1);
 //! the remaining `cols % 32` products are fused into the result in `j`
-//! order. Every code path (AVX2+FMA on x86_64, the portable fallback, which
-//! LLVM vectorises where FMA is native, e.g. aarch64) computes exactly this,
+//! order. Every code path (AVX2+FMA on x86_64, NEON on aarch64, the portable
+//! fallback) computes exactly this,
 //! so the result never depends on the CPU's features, the thread count or
 //! the grain. It differs from the plain-order kernel [`crate::matvec_rows`]
 //! by rounding only: on random data in [-1, 1), a relative difference
@@ -92,6 +92,10 @@ fn select_dot2() -> Dot2Fn {
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         return avx2::dot2;
     }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("neon") {
+        return neon::dot2;
+    }
     dot2_portable
 }
 
@@ -99,6 +103,10 @@ fn select_dot() -> DotFn {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         return avx2::dot;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("neon") {
+        return neon::dot;
     }
     dot_fast_portable
 }
@@ -211,5 +219,68 @@ mod avx2 {
         }
         // SAFETY: AVX2 and FMA, by this function's contract.
         unsafe { (finish(a, w0, x, body), finish(b, w1, x, body)) }
+    }
+}
+
+/// NEON: the same 32 lanes as eight 4-lane accumulators (`q[k]` holds lanes
+/// `4k..4k+4`), the same fused multiply-adds and the same reduction tree.
+/// Compile-checked in CI for `aarch64-unknown-linux-gnu` (no aarch64 host to
+/// run it on here); the portable path it must equal is tested everywhere.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    use super::LANES;
+
+    /// Safe entry: only selected after NEON was detected.
+    pub(super) fn dot(w: &[f32], x: &[f32]) -> f32 {
+        // SAFETY: `select_dot` returns this function only when the CPU
+        // reports NEON.
+        unsafe { dot_neon(w, x) }
+    }
+
+    /// Safe entry: only selected after NEON was detected.
+    pub(super) fn dot2(w0: &[f32], w1: &[f32], x: &[f32]) -> (f32, f32) {
+        // SAFETY: as for `dot`.
+        unsafe { (dot_neon(w0, x), dot_neon(w1, x)) }
+    }
+
+    /// # Safety
+    ///
+    /// The CPU must support NEON.
+    #[target_feature(enable = "neon")]
+    unsafe fn dot_neon(w: &[f32], x: &[f32]) -> f32 {
+        assert_eq!(w.len(), x.len());
+        let body = w.len() / LANES * LANES;
+        let mut q = [vdupq_n_f32(0.0); 8];
+        let mut j = 0;
+        while j < body {
+            for (k, acc) in q.iter_mut().enumerate() {
+                // SAFETY: j + 4k + 4 <= j + 32 <= body <= len of both.
+                let (wv, xv) = unsafe {
+                    (
+                        vld1q_f32(w.as_ptr().add(j + 4 * k)),
+                        vld1q_f32(x.as_ptr().add(j + 4 * k)),
+                    )
+                };
+                // acc + wv * xv, fused, as `mul_add` in the portable path.
+                *acc = vfmaq_f32(*acc, wv, xv);
+            }
+            j += LANES;
+        }
+        // s[k] = (a[k] + a[k+8]) + (a[k+16] + a[k+24]), k in 0..8:
+        // lanes 0..4 from q0, q2, q4, q6; lanes 4..8 from q1, q3, q5, q7.
+        let s_lo = vaddq_f32(vaddq_f32(q[0], q[2]), vaddq_f32(q[4], q[6]));
+        let s_hi = vaddq_f32(vaddq_f32(q[1], q[3]), vaddq_f32(q[5], q[7]));
+        // t[k] = s[k] + s[k + 4]
+        let t = vaddq_f32(s_lo, s_hi);
+        // u[k] = t[k] + t[k + 2], then u[0] + u[1]
+        let u0 = vgetq_lane_f32::<0>(t) + vgetq_lane_f32::<2>(t);
+        let u1 = vgetq_lane_f32::<1>(t) + vgetq_lane_f32::<3>(t);
+        let mut result = u0 + u1;
+        for k in body..w.len() {
+            result = w[k].mul_add(x[k], result);
+        }
+        result
     }
 }

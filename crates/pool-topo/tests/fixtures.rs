@@ -103,6 +103,11 @@ fn two_clock_bins_of_one_core_type_are_all_performance_cores() {
     assert_eq!(t.class_source(), ClassSource::MaxFrequency);
     assert_eq!(t.perf_cores(), 8);
     assert_eq!(default_cpu_threads(&t, None), 8);
+    let plan = plan_cpu_pool_in(&t, 8, false);
+    assert_eq!(
+        (plan.caller_cpu, plan.worker_cpus),
+        (Some(0), (1..8).collect::<Vec<_>>())
+    );
 }
 
 #[test]
@@ -116,7 +121,11 @@ fn capacities_are_compared_with_the_maximum_over_the_allowed_cpus_only() {
 fn a_two_socket_server_lists_both_nodes_and_its_physical_cores() {
     let t = topology("numa-2socket", 0..64);
     assert_eq!(t.physical_cores(), 32);
+    assert_eq!(t.perf_cores(), 32);
     assert_eq!(default_cpu_threads(&t, None), 32);
+    // 32 participants: one per physical core, no SMT sibling used.
+    let plan = plan_cpu_pool_in(&t, 32, false);
+    assert_eq!(plan.worker_cpus, (1..32).collect::<Vec<_>>());
     let nodes = numa_nodes(&fixture("numa-2socket").join("devices/system/node")).unwrap();
     assert_eq!(nodes.len(), 2);
     assert_eq!(nodes[1].id, 1);
@@ -131,6 +140,13 @@ fn an_affinity_mask_that_excludes_cpus_limits_the_cores() {
     let t = topology("smt-16c32t", allowed);
     assert_eq!(t.physical_cores(), 4);
     assert_eq!(t.physical_core_cpus(), vec![0, 1, 2, 3]);
+    assert_eq!(default_cpu_threads(&t, None), 4);
+    let plan = plan_cpu_pool_in(&t, 6, false);
+    assert_eq!(
+        plan.worker_cpus,
+        vec![1, 2, 3, 16, 17],
+        "siblings only after the cores"
+    );
     // Only siblings 16-19 allowed: still four cores, pinned to those ids.
     let t = topology("smt-16c32t", 16..20);
     assert_eq!(t.physical_core_cpus(), vec![16, 17, 18, 19]);
@@ -144,7 +160,10 @@ fn a_cgroup_quota_of_three_cpus_bounds_the_default_width() {
     let quota = quota_cpus_in(&root.join("fs/cgroup"), &membership).unwrap();
     assert_eq!(quota, Some(3));
     let t = topology("cgroup-quota-3", 0..32);
+    assert_eq!((t.physical_cores(), t.perf_cores()), (16, 16));
     assert_eq!(default_cpu_threads(&t, quota), 3);
+    let plan = plan_cpu_pool_in(&t, 3, false);
+    assert_eq!((plan.workers, plan.worker_cpus), (2, vec![1, 2]));
 }
 
 #[test]
