@@ -90,6 +90,8 @@ struct Decode {
     rayon_tokens_per_s: Summary,
     pool_tokens_per_s: Summary,
     dispatches_per_token: f64,
+    unparks_per_dispatch: f64,
+    caller_wait_share: f64,
     pool_vs_rayon: f64,
     pool_vs_serial: f64,
 }
@@ -265,7 +267,11 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
     let serial_tokens_per_s = tokens_per_s(&model, &Serial, tokens);
     let rayon_tokens_per_s = tokens_per_s(&model, &rayon_exec, tokens);
     let before = pool_core::dispatch_count();
+    let stats_before = pool.stats();
+    let started = Instant::now();
     let pool_tokens_per_s = tokens_per_s(&model, &pool, tokens);
+    let elapsed_ns = started.elapsed().as_nanos() as f64;
+    let stats = pool.stats().since(&stats_before);
     let dispatches = pool_core::dispatch_count() - before;
     let decode = Decode {
         dim: config.dim,
@@ -278,6 +284,8 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         rayon_tokens_per_s,
         pool_tokens_per_s,
         dispatches_per_token: dispatches as f64 / (tokens + 1) as f64,
+        unparks_per_dispatch: stats.unparks_per_dispatch(),
+        caller_wait_share: stats.caller_wait_ns as f64 / elapsed_ns,
         pool_vs_rayon: pool_tokens_per_s.median / rayon_tokens_per_s.median,
         pool_vs_serial: pool_tokens_per_s.median / serial_tokens_per_s.median,
     };
@@ -381,8 +389,12 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
     line("rayon", &d.rayon_tokens_per_s, "tokens/s");
     line("pool", &d.pool_tokens_per_s, "tokens/s");
     println!(
-        "  pool/rayon {:.2}x, pool/serial {:.2}x, {:.0} dispatches per token",
-        d.pool_vs_rayon, d.pool_vs_serial, d.dispatches_per_token
+        "  pool/rayon {:.2}x, pool/serial {:.2}x, {:.0} dispatches per token, {:.3} unparks per dispatch, caller waits {:.1} % of the time",
+        d.pool_vs_rayon,
+        d.pool_vs_serial,
+        d.dispatches_per_token,
+        d.unparks_per_dispatch,
+        100.0 * d.caller_wait_share
     );
     Ok(())
 }

@@ -183,6 +183,13 @@ fn bench_quick_json_has_every_field_with_sane_values() {
         positive(&["decode", f, "median"]);
     }
     positive(&["decode", "pool_vs_rayon"]);
+    let unparks = r["decode"]["unparks_per_dispatch"].as_f64().unwrap();
+    assert!(
+        (0.0..=1.0).contains(&unparks),
+        "at most one unpark per invited worker: {unparks}"
+    );
+    let share = r["decode"]["caller_wait_share"].as_f64().unwrap();
+    assert!((0.0..1.0).contains(&share), "{share}");
     positive(&["decode", "dispatches_per_token"]);
 }
 

@@ -51,7 +51,9 @@ use std::panic::{self, AssertUnwindSafe};
 
 use crossbeam_utils::CachePadded;
 
+use crate::clock;
 use crate::job::{Job, JobFn};
+use crate::stats::{self, CallerCounters, PoolStats, WorkerCounters};
 use crate::sync::{fence, lock, process, spin_loop, thread, thread_local};
 use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, UnsafeCell};
 
@@ -87,6 +89,9 @@ pub(crate) struct WorkerSlot {
     pub(crate) inbox: CachePadded<Inbox>,
     /// Set by the worker just before it parks, cleared after it wakes.
     pub(crate) parked: CachePadded<AtomicBool>,
+    /// Telemetry, written only by the worker, on a line the caller never
+    /// reads while dispatching.
+    pub(crate) counters: CachePadded<WorkerCounters>,
 }
 
 /// Ticket and job descriptor share a line: a worker that sees its new
@@ -122,6 +127,10 @@ pub(crate) struct Shared {
     /// (A full job invites everyone; their new tickets re-arm them.)
     pub(crate) epoch: CachePadded<AtomicUsize>,
     pub(crate) settings: CachePadded<Settings>,
+    /// Telemetry written by the turn holder.
+    pub(crate) caller_counters: CachePadded<CallerCounters>,
+    /// Converts `clock::ticks` to nanoseconds.
+    pub(crate) ns_per_tick: f64,
     /// Callers take turns: one job in flight per pool.
     pub(crate) turn: Mutex<()>,
     /// The first panic payload caught from a worker during the current job.
@@ -175,6 +184,7 @@ impl Shared {
                     job: UnsafeCell::new(Job::none()),
                 }),
                 parked: CachePadded::new(AtomicBool::new(false)),
+                counters: CachePadded::new(WorkerCounters::default()),
             })
             .collect();
         Shared {
@@ -187,6 +197,8 @@ impl Shared {
                 spin_budget: AtomicUsize::new(spin_budget),
                 oversubscribed,
             }),
+            caller_counters: CachePadded::new(CallerCounters::default()),
+            ns_per_tick: clock::ns_per_tick(),
             turn: Mutex::new(()),
             worker_panic: Mutex::new(None),
         }
@@ -237,13 +249,17 @@ impl Shared {
         // 1. Descriptor and count. Relaxed: published by the Release ticket
         //    stores below.
         self.remaining.store(invited, Ordering::Relaxed);
+        let counters = &*self.caller_counters;
         if invited < self.slots.len() {
+            counters.limited.add(1);
             // Re-arm the uninvited spinners' budgets. Skipped for a full job:
             // every worker gets a ticket, and a write here would pull the
             // line out of every spinner's cache on the hot path. Only the
             // turn holder writes `epoch`, so load + store is enough.
             let epoch = self.epoch.load(Ordering::Relaxed);
             self.epoch.store(epoch.wrapping_add(1), Ordering::Relaxed);
+        } else {
+            counters.full.add(1);
         }
         // 2. Inbox, then ticket with Release: pairs with the worker's Acquire
         //    ticket load in `idle::wait_for_ticket`.
@@ -262,10 +278,15 @@ impl Shared {
         // 3. Pairs with the worker's fence between `parked = true` and its
         //    ticket re-check: one of us sees the other's store.
         fence(Ordering::SeqCst);
+        let mut unparks = 0;
         for (slot, thread) in self.slots[..invited].iter().zip(threads) {
             if slot.parked.load(Ordering::Relaxed) {
                 thread.unpark();
+                unparks += 1;
             }
+        }
+        if unparks > 0 {
+            counters.unparks.add(unparks);
         }
         // After the fence drained the store buffer, this RMW is cheap.
         DISPATCHES.fetch_add(1, process::Ordering::Relaxed);
@@ -276,28 +297,47 @@ impl Shared {
         }));
         // 5. Barrier: even if the caller panicked, every ticket holder must
         //    finish before `f`'s borrow may end.
-        self.wait_for_workers();
+        let start = clock::ticks();
+        let spins = self.wait_for_workers();
+        let waited = clock::ticks().wrapping_sub(start);
+        counters.record_wait(waited, (waited as f64 * self.ns_per_tick) as u64, spins);
+        if caller_result.is_err() {
+            counters.panics.add(1);
+        }
         caller_result
     }
 
     /// Waits until `remaining == 0`. Acquire: pairs with every worker's
     /// Release decrement (one release sequence), so their writes are visible.
+    /// Returns the spins it took.
     #[inline]
-    fn wait_for_workers(&self) {
+    fn wait_for_workers(&self) -> u64 {
         let yield_after = if self.settings.oversubscribed {
             OVERSUBSCRIBED_SPINS_BEFORE_YIELD
         } else {
             CALLER_SPINS_BEFORE_YIELD
         };
         let mut spins: u32 = 0;
+        let mut yields: u64 = 0;
         while self.remaining.load(Ordering::Acquire) != 0 {
             if spins < yield_after {
                 spins += 1;
                 spin_loop();
             } else {
+                yields += 1;
                 thread::yield_now();
             }
         }
+        u64::from(spins) + yields
+    }
+
+    /// The pool's counters, summed.
+    pub(crate) fn stats(&self) -> PoolStats {
+        stats::snapshot(
+            &self.caller_counters,
+            self.slots.iter().map(|slot| &*slot.counters),
+            self.ns_per_tick,
+        )
     }
 
     /// Records a worker's panic payload if it is the first of this job.

@@ -31,20 +31,31 @@ pub(crate) fn wait_for_ticket(shared: &Shared, index: usize, seen: usize) -> Wak
     let settings = &*shared.settings;
     let budget = settings.spin_budget.load(Ordering::Relaxed) >> SPIN_SCALE_SHIFT;
     let mut spins = 0usize;
+    let mut spun = 0u64;
+    let mut parked = false;
     let mut epoch = shared.epoch.load(Ordering::Relaxed);
+    let counters = &*slot.counters;
     loop {
         // Acquire: pairs with the caller's Release ticket store, making the
         // inbox it wrote before visible (dispatch.rs, **publish**).
         let ticket = slot.inbox.ticket.load(Ordering::Acquire);
         if ticket != seen {
+            counters.spins.add(spun);
+            if parked {
+                counters.jobs_after_park.add(1);
+            } else {
+                counters.jobs_hot.add(1);
+            }
             return Wake::Ticket(ticket);
         }
         // Acquire: pairs with the Release store in `Pool::drop`.
         if settings.shutdown.load(Ordering::Acquire) {
+            counters.spins.add(spun);
             return Wake::Shutdown;
         }
         if spins < budget {
             spins += 1;
+            spun += 1;
             if settings.oversubscribed {
                 if spins.is_multiple_of(OVERSUBSCRIBED_SPINS_BEFORE_YIELD as usize) {
                     thread::yield_now();
@@ -62,22 +73,28 @@ pub(crate) fn wait_for_ticket(shared: &Shared, index: usize, seen: usize) -> Wak
             }
             continue;
         }
-        park(shared, index, seen);
+        if park(shared, index, seen) {
+            parked = true;
+            counters.parks.add(1);
+        }
     }
 }
 
 /// `RUNNING => PARKED => RUNNING`, unless the ticket or shutdown arrived
 /// in between. A spurious wake just returns; the caller's loop re-checks.
+/// Returns whether the thread parked.
 #[cold]
-fn park(shared: &Shared, index: usize, seen: usize) {
+fn park(shared: &Shared, index: usize, seen: usize) -> bool {
     let slot = &shared.slots[index];
     slot.parked.store(true, Ordering::Relaxed);
     // Pairs with the caller's fence between its ticket stores and its
     // `parked` loads (and with `Pool::drop`'s fence before its unparks).
     fence(Ordering::SeqCst);
     let ticket = slot.inbox.ticket.load(Ordering::Acquire);
-    if ticket == seen && !shared.settings.shutdown.load(Ordering::Acquire) {
+    let parks = ticket == seen && !shared.settings.shutdown.load(Ordering::Acquire);
+    if parks {
         thread::park();
     }
     slot.parked.store(false, Ordering::Relaxed);
+    parks
 }

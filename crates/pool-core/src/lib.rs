@@ -20,12 +20,14 @@
 //! Width and placement come from `pool-topo` through [`Pool::from_env`].
 
 mod builder;
+mod clock;
 mod dispatch;
 mod env;
 mod idle;
 mod job;
 mod placement;
 mod pool;
+mod stats;
 mod sync;
 mod worker;
 
@@ -35,3 +37,4 @@ pub use env::{
     parse_spin_budget, spin_budget_from_env, InvalidSpinBudget, DEFAULT_SPIN_BUDGET, SPIN_ENV,
 };
 pub use pool::Pool;
+pub use stats::{PoolStats, WAIT_BUCKET_BOUNDS_NS};

@@ -4,6 +4,7 @@ use std::fmt;
 
 use crate::builder::PoolBuilder;
 use crate::dispatch::Shared;
+use crate::stats::PoolStats;
 use crate::sync::{fence, Arc, JoinHandle, Ordering, Thread};
 
 /// A persistent fork-join pool: `workers` threads spawned once, plus the
@@ -112,6 +113,13 @@ impl Pool {
     /// (affinity mask and cgroup quota). Waiting then yields early.
     pub fn is_oversubscribed(&self) -> bool {
         self.shared.settings.oversubscribed
+    }
+
+    /// This pool's counters since it was built: dispatches, unparks,
+    /// parks, spins, barrier waits, panics. Cheap enough to read often;
+    /// see [`PoolStats`].
+    pub fn stats(&self) -> PoolStats {
+        self.shared.stats()
     }
 
     /// The workers' kernel thread ids (Linux), in worker order, all recorded

@@ -34,6 +34,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
                     with_active_pool(pool_id, || unsafe { job.call(index) })
                 }));
                 if let Err(payload) = outcome {
+                    slot.counters.panics.add(1);
                     shared.record_worker_panic(payload);
                 }
                 // Release: pairs with the caller's Acquire load of

@@ -1,0 +1,194 @@
+//! Telemetry: per-pool counters, always on, off the hot path's critical
+//! cost. Each worker's counters sit on a line only that worker writes (not
+//! the `parked` line the caller reads on dispatch); the callers' counters sit
+//! on a line written only by the turn holder. All are single-writer
+//! (load + store, no locked instruction) and summed when read. They are
+//! statistics, not protocol: plain `std` atomics even under loom.
+
+use std::fmt;
+
+use crate::sync::process::{AtomicU64, Ordering};
+
+/// A single-writer event counter.
+#[derive(Default)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`. Only one thread writes a given counter at a time (a
+    /// worker its own; callers under the turn lock), so no RMW is needed.
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        let value = self.0.load(Ordering::Relaxed);
+        self.0.store(value.wrapping_add(n), Ordering::Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Upper bounds (exclusive) of the caller-wait histogram's buckets, in
+/// nanoseconds; the last bucket is everything longer.
+pub const WAIT_BUCKET_BOUNDS_NS: [u64; 5] = [1_000, 10_000, 100_000, 1_000_000, 10_000_000];
+
+/// One worker's counters.
+#[derive(Default)]
+pub(crate) struct WorkerCounters {
+    pub(crate) jobs_hot: Counter,
+    pub(crate) jobs_after_park: Counter,
+    pub(crate) parks: Counter,
+    pub(crate) spins: Counter,
+    pub(crate) panics: Counter,
+}
+
+/// The callers' counters (written by the turn holder).
+#[derive(Default)]
+pub(crate) struct CallerCounters {
+    pub(crate) full: Counter,
+    pub(crate) limited: Counter,
+    pub(crate) unparks: Counter,
+    pub(crate) spins: Counter,
+    pub(crate) wait_ticks: Counter,
+    pub(crate) wait_histogram: [Counter; 6],
+    pub(crate) panics: Counter,
+}
+
+impl CallerCounters {
+    /// Records one barrier wait of `ns` nanoseconds and `spins` spins.
+    #[inline]
+    pub(crate) fn record_wait(&self, ticks: u64, ns: u64, spins: u64) {
+        self.wait_ticks.add(ticks);
+        self.spins.add(spins);
+        let bucket = WAIT_BUCKET_BOUNDS_NS
+            .iter()
+            .position(|&bound| ns < bound)
+            .unwrap_or(WAIT_BUCKET_BOUNDS_NS.len());
+        self.wait_histogram[bucket].add(1);
+    }
+}
+
+/// A snapshot of one pool's counters since it was built. Read with
+/// [`Pool::stats`](crate::Pool::stats); subtract two snapshots
+/// ([`PoolStats::since`]) for an interval.
+///
+/// ```
+/// let pool = pool_core::Pool::with_spin(1, 1 << 20);
+/// for _ in 0..10 {
+///     pool.run(&|_, _| {});
+/// }
+/// let stats = pool.stats();
+/// assert_eq!(stats.dispatches_full, 10);
+/// assert_eq!(stats.worker_jobs(), 10);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolStats {
+    /// Jobs handed to every worker (`run`).
+    pub dispatches_full: u64,
+    /// Jobs handed to some workers only (`run_limited`, row jobs).
+    pub dispatches_limited: u64,
+    /// `unpark` syscalls issued by callers (goal in steady decode: 0).
+    pub unparks: u64,
+    /// Times a worker parked.
+    pub parks: u64,
+    /// Jobs a worker found while spinning: no syscall on either side.
+    pub jobs_hot: u64,
+    /// Jobs a worker picked up after parking during that wait.
+    pub jobs_after_park: u64,
+    /// Spin iterations spent by workers waiting for tickets.
+    pub worker_spins: u64,
+    /// Spin iterations spent by callers waiting at the barrier.
+    pub caller_spins: u64,
+    /// Time callers waited at the barrier after their own share, in ns.
+    pub caller_wait_ns: u64,
+    /// Barrier waits by length: < 1 µs, < 10 µs, < 100 µs, < 1 ms,
+    /// < 10 ms, longer ([`WAIT_BUCKET_BOUNDS_NS`]).
+    pub caller_wait_histogram: [u64; 6],
+    /// Panics caught in participants (workers and callers).
+    pub panics: u64,
+}
+
+impl PoolStats {
+    /// All dispatches (full and limited).
+    pub fn dispatches(&self) -> u64 {
+        self.dispatches_full + self.dispatches_limited
+    }
+
+    /// Jobs run by workers.
+    pub fn worker_jobs(&self) -> u64 {
+        self.jobs_hot + self.jobs_after_park
+    }
+
+    /// Unpark syscalls per dispatch.
+    pub fn unparks_per_dispatch(&self) -> f64 {
+        self.unparks as f64 / self.dispatches().max(1) as f64
+    }
+
+    /// The counts between `earlier` and `self`.
+    pub fn since(&self, earlier: &PoolStats) -> PoolStats {
+        let d = |a: u64, b: u64| a.wrapping_sub(b);
+        PoolStats {
+            dispatches_full: d(self.dispatches_full, earlier.dispatches_full),
+            dispatches_limited: d(self.dispatches_limited, earlier.dispatches_limited),
+            unparks: d(self.unparks, earlier.unparks),
+            parks: d(self.parks, earlier.parks),
+            jobs_hot: d(self.jobs_hot, earlier.jobs_hot),
+            jobs_after_park: d(self.jobs_after_park, earlier.jobs_after_park),
+            worker_spins: d(self.worker_spins, earlier.worker_spins),
+            caller_spins: d(self.caller_spins, earlier.caller_spins),
+            caller_wait_ns: d(self.caller_wait_ns, earlier.caller_wait_ns),
+            caller_wait_histogram: std::array::from_fn(|i| {
+                d(
+                    self.caller_wait_histogram[i],
+                    earlier.caller_wait_histogram[i],
+                )
+            }),
+            panics: d(self.panics, earlier.panics),
+        }
+    }
+}
+
+impl fmt::Display for PoolStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} dispatches ({} full, {} limited), {} unparks ({:.3}/dispatch), {} parks, \
+             {} hot / {} parked pickups, caller waited {} µs, {} panics",
+            self.dispatches(),
+            self.dispatches_full,
+            self.dispatches_limited,
+            self.unparks,
+            self.unparks_per_dispatch(),
+            self.parks,
+            self.jobs_hot,
+            self.jobs_after_park,
+            self.caller_wait_ns / 1000,
+            self.panics
+        )
+    }
+}
+
+/// Sums the counters into a snapshot.
+pub(crate) fn snapshot<'a>(
+    caller: &CallerCounters,
+    workers: impl Iterator<Item = &'a WorkerCounters>,
+    ns_per_tick: f64,
+) -> PoolStats {
+    let mut stats = PoolStats {
+        dispatches_full: caller.full.get(),
+        dispatches_limited: caller.limited.get(),
+        unparks: caller.unparks.get(),
+        caller_spins: caller.spins.get(),
+        caller_wait_ns: (caller.wait_ticks.get() as f64 * ns_per_tick) as u64,
+        caller_wait_histogram: std::array::from_fn(|i| caller.wait_histogram[i].get()),
+        panics: caller.panics.get(),
+        ..PoolStats::default()
+    };
+    for w in workers {
+        stats.jobs_hot += w.jobs_hot.get();
+        stats.jobs_after_park += w.jobs_after_park.get();
+        stats.parks += w.parks.get();
+        stats.worker_spins += w.spins.get();
+        stats.panics += w.panics.get();
+    }
+    stats
+}
