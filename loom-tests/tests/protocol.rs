@@ -51,6 +51,25 @@ fn no_wakeup_is_lost_with_a_small_spin_budget() {
     });
 }
 
+/// The adaptive policy's path (gap window, spinner slot, deadline) parks
+/// and wakes without losing a job. Under loom its clock stands still, so
+/// the spin-count cap bounds the spinning.
+#[test]
+fn no_wakeup_is_lost_with_the_adaptive_policy() {
+    model(|| {
+        let pool = Pool::builder()
+            .workers(1)
+            .spin_policy(pool_core::SpinPolicy::adaptive())
+            .build()
+            .unwrap();
+        let counts = [AtomicUsize::new(0), AtomicUsize::new(0)];
+        count_entries(&pool, &counts, None);
+        count_entries(&pool, &counts, None);
+        assert_eq!(counts[0].load(Ordering::Relaxed), 2);
+        assert_eq!(counts[1].load(Ordering::Relaxed), 2);
+    });
+}
+
 /// The first failed protocol's straggler: an uninvited worker between jobs
 /// (here: spinning or parked after a full job, while limited jobs go by).
 /// With per-worker tickets it never enters a limited job, and every job runs

@@ -4,7 +4,8 @@ use std::fmt;
 use std::io;
 
 use crate::dispatch::Shared;
-use crate::env::spin_budget_from_env;
+use crate::env::spin_policy_from_env;
+use crate::policy::SpinPolicy;
 use crate::pool::Pool;
 use crate::sync::{process, thread, Arc};
 use crate::worker::run_worker;
@@ -26,7 +27,7 @@ type StartHook = process::Arc<dyn Fn(usize) + Send + Sync + 'static>;
 #[must_use]
 pub struct PoolBuilder {
     workers: usize,
-    spin: Option<usize>,
+    spin: Option<SpinPolicy>,
     worker_cpus: Option<Vec<usize>>,
     thread_name_prefix: String,
     on_start: Option<StartHook>,
@@ -74,9 +75,16 @@ impl PoolBuilder {
         self
     }
 
-    /// A fixed spin budget instead of `CMF_POOL_SPIN`.
+    /// A fixed spin budget instead of `CMF_POOL_SPIN` (`0`: park at once).
     pub fn spin(mut self, spins: usize) -> Self {
-        self.spin = Some(spins);
+        self.spin = Some(SpinPolicy::Fixed(spins));
+        self
+    }
+
+    /// A spin policy instead of `CMF_POOL_SPIN` (e.g. the adaptive policy
+    /// with another linger).
+    pub fn spin_policy(mut self, policy: SpinPolicy) -> Self {
+        self.spin = Some(policy);
         self
     }
 
@@ -130,10 +138,10 @@ impl PoolBuilder {
                 ));
             }
         }
-        let spin_budget = self.spin.unwrap_or_else(spin_budget_from_env);
+        let policy = self.spin.unwrap_or_else(spin_policy_from_env);
         let cpus = self.assume_cpus.unwrap_or_else(usable_cpus).max(1);
         let oversubscribed = self.workers + 1 > cpus;
-        let shared = Arc::new(Shared::new(self.workers, spin_budget, oversubscribed));
+        let shared = Arc::new(Shared::new(self.workers, policy, oversubscribed));
         let startup = Arc::new(startup::Startup::new());
 
         let mut pool = Pool {
@@ -174,7 +182,7 @@ impl PoolBuilder {
         pool.tids = startup.wait_all(self.workers)?;
         tracing::debug!(
             workers = self.workers,
-            spin_budget,
+            ?policy,
             oversubscribed,
             cpus,
             "pool-core: pool started ({} participants on {} usable CPUs)",

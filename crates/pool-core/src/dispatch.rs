@@ -53,6 +53,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::clock;
 use crate::job::{Job, JobFn};
+use crate::policy::{linger_spins, SpinPolicy, MIN_ADAPTIVE_SPIN};
 use crate::stats::{self, CallerCounters, PoolStats, WorkerCounters};
 use crate::sync::{fence, lock, process, spin_loop, thread, thread_local};
 use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, UnsafeCell};
@@ -140,9 +141,55 @@ pub(crate) struct Shared {
 /// Rarely written words, read by spinning workers.
 pub(crate) struct Settings {
     pub(crate) shutdown: AtomicBool,
+    /// The fixed budget (used when `linger_ns == 0`).
     pub(crate) spin_budget: AtomicUsize,
+    /// Adaptive policy: its linger in ns (0: the fixed budget applies) and
+    /// in spin iterations. Hints, so `std` atomics even under loom.
+    pub(crate) linger_ns: process::AtomicU64,
+    pub(crate) linger_spins: process::AtomicUsize,
+    /// The linger and the budget floor in `clock::ticks`.
+    pub(crate) linger_ticks: process::AtomicU64,
+    pub(crate) floor_ticks: process::AtomicU64,
+    /// Set by a caller whose barrier wait was far longer than its own share
+    /// (participants not being scheduled); cleared when waits are short.
+    pub(crate) contended: process::AtomicBool,
     /// More threads (workers + caller) than CPUs this process may use.
     pub(crate) oversubscribed: bool,
+}
+
+impl Settings {
+    /// Installs `policy` (Relaxed: a hint, read at each wait's start).
+    pub(crate) fn set_policy(&self, policy: SpinPolicy) {
+        match policy {
+            SpinPolicy::Fixed(spins) => {
+                self.spin_budget.store(spins, Ordering::Relaxed);
+                self.linger_ns.store(0, process::Ordering::Relaxed);
+            }
+            SpinPolicy::Adaptive { linger } => {
+                let ns = (linger.as_nanos() as u64).max(1);
+                let to_ticks = |ns: u64| (ns as f64 / clock::ns_per_tick()) as u64;
+                self.linger_spins
+                    .store(linger_spins(linger), process::Ordering::Relaxed);
+                self.linger_ticks
+                    .store(to_ticks(ns), process::Ordering::Relaxed);
+                self.floor_ticks.store(
+                    to_ticks(MIN_ADAPTIVE_SPIN.as_nanos() as u64),
+                    process::Ordering::Relaxed,
+                );
+                self.linger_ns.store(ns, process::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The policy in force.
+    pub(crate) fn policy(&self) -> SpinPolicy {
+        match self.linger_ns.load(process::Ordering::Relaxed) {
+            0 => SpinPolicy::Fixed(self.spin_budget.load(Ordering::Relaxed)),
+            ns => SpinPolicy::Adaptive {
+                linger: std::time::Duration::from_nanos(ns),
+            },
+        }
+    }
 }
 
 thread_local! {
@@ -176,7 +223,7 @@ fn inside_pool(pool: usize) -> bool {
 }
 
 impl Shared {
-    pub(crate) fn new(workers: usize, spin_budget: usize, oversubscribed: bool) -> Shared {
+    pub(crate) fn new(workers: usize, policy: SpinPolicy, oversubscribed: bool) -> Shared {
         let slots = (0..workers)
             .map(|_| WorkerSlot {
                 inbox: CachePadded::new(Inbox {
@@ -187,21 +234,28 @@ impl Shared {
                 counters: CachePadded::new(WorkerCounters::default()),
             })
             .collect();
-        Shared {
+        let shared = Shared {
             slots,
             remaining: CachePadded::new(AtomicUsize::new(0)),
             worker_panicked: CachePadded::new(AtomicBool::new(false)),
             epoch: CachePadded::new(AtomicUsize::new(0)),
             settings: CachePadded::new(Settings {
                 shutdown: AtomicBool::new(false),
-                spin_budget: AtomicUsize::new(spin_budget),
+                spin_budget: AtomicUsize::new(0),
+                linger_ns: process::AtomicU64::new(0),
+                linger_spins: process::AtomicUsize::new(0),
+                linger_ticks: process::AtomicU64::new(0),
+                floor_ticks: process::AtomicU64::new(0),
+                contended: process::AtomicBool::new(false),
                 oversubscribed,
             }),
             caller_counters: CachePadded::new(CallerCounters::default()),
             ns_per_tick: clock::ns_per_tick(),
             turn: Mutex::new(()),
             worker_panic: Mutex::new(None),
-        }
+        };
+        shared.settings.set_policy(policy);
+        shared
     }
 
     /// An identity for the nested-call check: the shared state's address.
@@ -292,6 +346,7 @@ impl Shared {
         DISPATCHES.fetch_add(1, process::Ordering::Relaxed);
         // 4. The caller's share, as the last participant.
         let id = self.id();
+        let share_start = clock::ticks();
         let caller_result = panic::catch_unwind(AssertUnwindSafe(|| {
             with_active_pool(id, || f(invited, participants))
         }));
@@ -300,7 +355,9 @@ impl Shared {
         let start = clock::ticks();
         let spins = self.wait_for_workers();
         let waited = clock::ticks().wrapping_sub(start);
-        counters.record_wait(waited, (waited as f64 * self.ns_per_tick) as u64, spins);
+        let waited_ns = (waited as f64 * self.ns_per_tick) as u64;
+        counters.record_wait(waited, waited_ns, spins);
+        self.note_contention(waited, waited_ns, start.wrapping_sub(share_start));
         if caller_result.is_err() {
             counters.panics.add(1);
         }
@@ -329,6 +386,25 @@ impl Shared {
             }
         }
         u64::from(spins) + yields
+    }
+
+    /// Foreign-load detection: a barrier wait far longer than the caller's
+    /// own share (and than a wake-up) means participants are not being
+    /// scheduled; spinners then back off. Written only on a change.
+    #[inline]
+    fn note_contention(&self, waited_ticks: u64, waited_ns: u64, share_ticks: u64) {
+        /// Longer than a futex wake-up: below this a wait is never foreign load.
+        const CONTENDED_WAIT_NS: u64 = 200_000;
+        let contended = waited_ns > CONTENDED_WAIT_NS && waited_ticks > 8 * share_ticks;
+        let flag = &self.settings.contended;
+        if flag.load(process::Ordering::Relaxed) != contended {
+            flag.store(contended, process::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the last barrier wait looked like foreign load.
+    pub(crate) fn is_contended(&self) -> bool {
+        self.settings.contended.load(process::Ordering::Relaxed)
     }
 
     /// The pool's counters, summed.

@@ -16,7 +16,8 @@
 //! assert_eq!(out, [10, 11]);
 //! ```
 //!
-//! Environment: `CMF_POOL_SPIN` (spin budget, default 4000; 0 parks at once).
+//! Environment: `CMF_POOL_SPIN` (a fixed spin budget; 0 parks at once;
+//! unset: the adaptive policy, see [`SpinPolicy`]).
 //! Width and placement come from `pool-topo` through [`Pool::from_env`].
 
 mod builder;
@@ -26,6 +27,7 @@ mod env;
 mod idle;
 mod job;
 mod placement;
+mod policy;
 mod pool;
 mod stats;
 mod sync;
@@ -34,7 +36,11 @@ mod worker;
 pub use builder::PoolBuilder;
 pub use dispatch::dispatch_count;
 pub use env::{
-    parse_spin_budget, spin_budget_from_env, InvalidSpinBudget, DEFAULT_SPIN_BUDGET, SPIN_ENV,
+    parse_spin_policy, spin_policy_from_env, InvalidSpinBudget, DEFAULT_SPIN_BUDGET, SPIN_ENV,
+};
+pub use policy::{
+    spin_iteration_ns, spinning_workers, spinning_workers_high_water, SpinPolicy, DEFAULT_LINGER,
+    MIN_ADAPTIVE_SPIN,
 };
 pub use pool::Pool;
 pub use stats::{PoolStats, WAIT_BUCKET_BOUNDS_NS};

@@ -4,6 +4,7 @@ use std::fmt;
 
 use crate::builder::PoolBuilder;
 use crate::dispatch::Shared;
+use crate::policy::SpinPolicy;
 use crate::stats::PoolStats;
 use crate::sync::{fence, Arc, JoinHandle, Ordering, Thread};
 
@@ -39,9 +40,9 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// A pool of `workers` threads (plus the caller), spin budget from
-    /// `CMF_POOL_SPIN` (default 4000; an invalid value is warned about and
-    /// the default used).
+    /// A pool of `workers` threads (plus the caller), spin policy from
+    /// `CMF_POOL_SPIN`: a fixed budget when set, else the adaptive policy
+    /// (an invalid value is warned about and the adaptive policy used).
     ///
     /// # Panics
     ///
@@ -95,18 +96,29 @@ impl Pool {
         self.shared.run(&self.threads, max_workers, f);
     }
 
-    /// The current spin budget (spins before an idle worker parks).
+    /// The current spin budget: spins before an idle worker parks (for
+    /// the adaptive policy, the most it spins: its linger in iterations).
     pub fn spin_budget(&self) -> usize {
-        self.shared.settings.spin_budget.load(Ordering::Relaxed)
+        match self.spin_policy() {
+            SpinPolicy::Fixed(spins) => spins,
+            SpinPolicy::Adaptive { linger } => crate::policy::linger_spins(linger),
+        }
     }
 
-    /// Sets the spin budget; idle workers pick it up at their next wait.
+    /// Switches to a fixed spin budget; idle workers pick it up at their
+    /// next wait.
     pub fn set_spin_budget(&self, spins: usize) {
-        // Relaxed: a tuning hint, read at the start of each wait.
-        self.shared
-            .settings
-            .spin_budget
-            .store(spins, Ordering::Relaxed);
+        self.set_spin_policy(SpinPolicy::Fixed(spins));
+    }
+
+    /// The spin policy in force.
+    pub fn spin_policy(&self) -> SpinPolicy {
+        self.shared.settings.policy()
+    }
+
+    /// Sets the spin policy; idle workers pick it up at their next wait.
+    pub fn set_spin_policy(&self, policy: SpinPolicy) {
+        self.shared.settings.set_policy(policy);
     }
 
     /// Whether workers + caller exceed the CPUs this process may use
@@ -122,6 +134,13 @@ impl Pool {
         self.shared.stats()
     }
 
+    /// Whether the last dispatch's barrier wait looked like foreign load
+    /// (far longer than the caller's own share and than a wake-up): the
+    /// adaptive policy's spinners are then yielding and parking early.
+    pub fn is_contended(&self) -> bool {
+        self.shared.is_contended()
+    }
+
     /// The workers' kernel thread ids (Linux), in worker order, all recorded
     /// before the constructor returned. Empty on other systems.
     pub fn worker_tids(&self) -> Vec<i32> {
@@ -133,7 +152,7 @@ impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pool")
             .field("workers", &self.n_workers())
-            .field("spin_budget", &self.spin_budget())
+            .field("spin_policy", &self.spin_policy())
             .field("oversubscribed", &self.is_oversubscribed())
             .finish()
     }

@@ -58,11 +58,12 @@ mod imp {
 
 pub(crate) use imp::*;
 
-/// What stays `std` even under loom: process-wide telemetry counters (loom
-/// atomics cannot live in a `static`) and the `Arc` holding a user's start
-/// hook (loom's `Arc` cannot hold a `dyn`). Neither is part of the protocol.
+/// What stays `std` even under loom: process-wide counters (loom atomics
+/// cannot live in a `static`), spin-policy hints, and the `Arc` holding a
+/// user's start hook (loom's `Arc` cannot hold a `dyn`). None of them is
+/// part of the protocol's correctness: they only decide how long to spin.
 pub(crate) mod process {
-    pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::sync::Arc;
 }
 

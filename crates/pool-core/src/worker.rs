@@ -3,7 +3,7 @@
 use std::panic::{self, AssertUnwindSafe};
 
 use crate::dispatch::{with_active_pool, Shared};
-use crate::idle::{wait_for_ticket, Wake};
+use crate::idle::{wait_for_ticket, WaitState, Wake};
 use crate::sync::{Arc, Ordering};
 
 /// The worker loop, run until the pool shuts down.
@@ -19,9 +19,13 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
     // prove its models catch this bug (`--cfg pool_broken_baseline`).
     #[cfg(pool_broken_baseline)]
     let mut seen = slot.inbox.ticket.load(Ordering::Acquire);
+    let mut state = WaitState::new();
     loop {
-        match wait_for_ticket(&shared, index, seen) {
-            Wake::Shutdown => return,
+        match wait_for_ticket(&shared, index, seen, &mut state) {
+            Wake::Shutdown => {
+                state.release_slot();
+                return;
+            }
             Wake::Ticket(ticket) => {
                 seen = ticket;
                 // SAFETY: we hold the ticket issued for this inbox's job and

@@ -5,16 +5,19 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use pool_core::{parse_spin_budget, Pool, DEFAULT_SPIN_BUDGET, SPIN_ENV};
+use pool_core::{parse_spin_policy, Pool, SpinPolicy, SPIN_ENV};
 use testkit::{capture_warnings, watched};
 
 #[test]
-fn spin_budget_values_parse_as_non_negative_integers_only() {
-    assert_eq!(parse_spin_budget(None), Ok(DEFAULT_SPIN_BUDGET));
-    assert_eq!(parse_spin_budget(Some("0")), Ok(0));
-    assert_eq!(parse_spin_budget(Some("250000\n")), Ok(250_000));
+fn spin_values_parse_as_non_negative_integers_only_and_unset_means_adaptive() {
+    assert_eq!(parse_spin_policy(None), Ok(SpinPolicy::adaptive()));
+    assert_eq!(parse_spin_policy(Some("0")), Ok(SpinPolicy::Fixed(0)));
+    assert_eq!(
+        parse_spin_policy(Some("250000\n")),
+        Ok(SpinPolicy::Fixed(250_000))
+    );
     for bad in ["abc", "-1", "", "1e3", "4k", "18446744073709551616"] {
-        let err = parse_spin_budget(Some(bad)).unwrap_err();
+        let err = parse_spin_policy(Some(bad)).unwrap_err();
         assert_eq!(err.value(), bad);
         assert!(err.to_string().contains(SPIN_ENV), "{err}");
     }
@@ -27,8 +30,8 @@ fn an_unparsable_cmf_pool_spin_is_warned_about_and_the_default_used() {
             std::env::set_var(SPIN_ENV, bad);
             let (pool, warnings) = capture_warnings(|| Pool::new(1));
             assert_eq!(
-                pool.spin_budget(),
-                DEFAULT_SPIN_BUDGET,
+                pool.spin_policy(),
+                SpinPolicy::adaptive(),
                 "{bad:?} must not read as 0"
             );
             assert!(
@@ -42,6 +45,7 @@ fn an_unparsable_cmf_pool_spin_is_warned_about_and_the_default_used() {
         }
         std::env::set_var(SPIN_ENV, "17");
         let (pool, warnings) = capture_warnings(|| Pool::new(1));
+        assert_eq!(pool.spin_policy(), SpinPolicy::Fixed(17));
         assert_eq!(pool.spin_budget(), 17);
         assert!(warnings.is_empty(), "{warnings}");
         std::env::remove_var(SPIN_ENV);

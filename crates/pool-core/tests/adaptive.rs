@@ -1,0 +1,149 @@
+//! The adaptive spin policy: hot through a stream, parked within the
+//! linger after it, quick to park on a sparse stream, aware of foreign load.
+
+use std::time::{Duration, Instant};
+
+use pool_core::{Pool, SpinPolicy};
+use testkit::watched;
+
+fn adaptive(workers: usize, linger: Duration) -> Pool {
+    Pool::builder()
+        .workers(workers)
+        .spin_policy(SpinPolicy::Adaptive { linger })
+        .build()
+        .unwrap()
+}
+
+/// Busy-waits `d` on the caller, like serial work between matvecs.
+fn busy(d: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn thread_state(tid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    // The state follows the parenthesised name.
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next())
+        .unwrap_or('?')
+}
+
+#[test]
+fn a_dense_stream_stays_hot_with_no_unpark() {
+    watched("dense", |_| {
+        let pool = adaptive(1, Duration::from_millis(2));
+        pool.run(&|_, _| {});
+        let before = pool.stats();
+        for _ in 0..500 {
+            pool.run(&|_, _| {});
+            busy(Duration::from_micros(20));
+        }
+        let s = pool.stats().since(&before);
+        // A loaded CI machine may deschedule the worker past the linger a
+        // few times; a spinning policy would show ~0, a parking one ~500.
+        assert!(s.unparks <= 10, "{s}");
+        assert!(s.jobs_hot >= 490, "{s}");
+    });
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn the_linger_parks_every_worker_once_the_stream_stops() {
+    watched("linger", |stage| {
+        for workers in [1, 3] {
+            stage.set(format!("{workers} workers"));
+            let pool = adaptive(workers, Duration::from_millis(2));
+            for _ in 0..300 {
+                pool.run(&|_, _| {});
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            let s = pool.stats();
+            assert!(
+                s.parks >= workers as u64,
+                "every worker parked after the stream: {s}"
+            );
+            for tid in pool.worker_tids() {
+                assert_eq!(
+                    thread_state(tid),
+                    'S',
+                    "worker {tid} still running after 50 lingers"
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn a_sparse_stream_teaches_workers_to_park_almost_at_once() {
+    watched("sparse", |_| {
+        let linger = Duration::from_millis(20);
+        let pool = adaptive(1, linger);
+        let linger_spins = pool.spin_budget() as u64;
+        // Gaps longer than the linger: idleness, not work.
+        for _ in 0..4 {
+            pool.run(&|_, _| {});
+            std::thread::sleep(Duration::from_millis(40));
+        }
+        let before = pool.stats();
+        for _ in 0..4 {
+            pool.run(&|_, _| {});
+            std::thread::sleep(Duration::from_millis(40));
+        }
+        let s = pool.stats().since(&before);
+        assert!(
+            s.worker_spins < linger_spins / 4,
+            "{} spins over 4 idle gaps, a linger is {linger_spins}: {s}",
+            s.worker_spins
+        );
+        assert!(s.parks >= 4, "{s}");
+    });
+}
+
+#[test]
+fn a_barrier_wait_far_longer_than_the_callers_share_marks_foreign_load() {
+    watched("contended", |_| {
+        let pool = adaptive(1, Duration::from_millis(2));
+        pool.run(&|idx, _| {
+            if idx == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        assert!(
+            pool.is_contended(),
+            "a 5 ms straggler behind an empty share"
+        );
+        // Balanced 2 ms shares clear the mark (a loaded CI machine may
+        // deschedule a participant for a while: allow a few tries).
+        let cleared = (0..20).any(|_| {
+            pool.run(&|_, _| busy(Duration::from_millis(2)));
+            !pool.is_contended()
+        });
+        assert!(cleared, "balanced shares clear the mark");
+    });
+}
+
+#[test]
+fn fixed_budgets_and_the_adaptive_policy_switch_at_run_time() {
+    watched("switch", |_| {
+        let pool = adaptive(2, Duration::from_millis(2));
+        assert_eq!(
+            pool.spin_policy(),
+            SpinPolicy::Adaptive {
+                linger: Duration::from_millis(2)
+            }
+        );
+        pool.set_spin_budget(0);
+        assert_eq!(pool.spin_policy(), SpinPolicy::Fixed(0));
+        for _ in 0..20 {
+            pool.run(&|_, _| {});
+        }
+        pool.set_spin_policy(SpinPolicy::adaptive());
+        for _ in 0..20 {
+            pool.run(&|_, _| {});
+        }
+        assert_eq!(pool.stats().worker_jobs(), 80);
+    });
+}
