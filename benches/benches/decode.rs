@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use pool_benches::RayonExecutor;
-use pool_core::Pool;
+use pool_core::{Pool, SpinPolicy};
 use pool_matvec::decode::{DecodeConfig, DecodeModel, Serial, WeightFormat};
 
 fn decode(c: &mut Criterion) {
@@ -29,5 +29,27 @@ fn decode(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, decode);
+/// The decode workload under each spin policy: the adaptive policy should
+/// be within a few percent of the best fixed budget.
+fn spin_policies(c: &mut Criterion) {
+    let workers = pool_topo::usable_cpus().saturating_sub(1).max(1);
+    let model = DecodeModel::random(DecodeConfig::default(), WeightFormat::F32, 42);
+    let mut group = c.benchmark_group("decode_token_spin_policy");
+    group.sample_size(10).measurement_time(Duration::from_secs(3));
+    let policies = [0usize, 500, 4000, 20000, 200000]
+        .map(SpinPolicy::Fixed)
+        .into_iter()
+        .chain([SpinPolicy::adaptive()]);
+    for policy in policies {
+        let pool = Pool::builder().workers(workers).spin_policy(policy).build().unwrap();
+        let name = match policy {
+            SpinPolicy::Fixed(n) => format!("fixed_{n}"),
+            SpinPolicy::Adaptive { .. } => "adaptive".to_owned(),
+        };
+        group.bench_function(name, |b| b.iter(|| model.decode(&pool, 1)));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, decode, spin_policies);
 criterion_main!(benches);

@@ -41,6 +41,7 @@ pub(crate) struct BenchReport {
     ratios: Ratios,
     bandwidth: Bandwidth,
     decode: Decode,
+    waiting: crate::waiting::Waiting,
 }
 
 #[derive(Serialize)]
@@ -289,6 +290,9 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         pool_vs_rayon: pool_tokens_per_s.median / rayon_tokens_per_s.median,
         pool_vs_serial: pool_tokens_per_s.median / serial_tokens_per_s.median,
     };
+    drop(pool);
+    drop(rayon_exec);
+    let waiting = crate::waiting::measure(&model, workers, tokens, quick);
     BenchReport {
         quick,
         participants,
@@ -298,6 +302,7 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         ratios,
         bandwidth,
         decode,
+        waiting,
     }
 }
 
@@ -396,5 +401,6 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
         d.unparks_per_dispatch,
         100.0 * d.caller_wait_share
     );
+    crate::waiting::print(&r.waiting);
     Ok(())
 }

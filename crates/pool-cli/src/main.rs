@@ -6,6 +6,7 @@
 mod bench;
 mod topo;
 mod tune;
+mod waiting;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +24,17 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Spin on one CPU for a while: the competing process `pool bench`
+    /// starts (internal).
+    #[command(hide = true)]
+    Burn {
+        /// The CPU to pin to.
+        #[arg(long)]
+        cpu: usize,
+        /// How long, at most.
+        #[arg(long)]
+        seconds: u64,
+    },
     /// Logical CPUs, affinity, physical cores and siblings, perf/efficiency
     /// classes, cgroup quota, NUMA nodes, the resolved width (and where it
     /// came from) and the pinned plan.
@@ -91,6 +103,10 @@ fn main() -> ExitCode {
             json,
         }) => topo::run(sysfs.as_deref(), coordinator, json),
         Some(Command::Bench { quick, json }) => bench::run(quick, json),
+        Some(Command::Burn { cpu, seconds }) => {
+            waiting::burn(cpu, seconds.min(120));
+            Ok(())
+        }
         Some(Command::Tune {
             spins,
             max_threads,

@@ -188,6 +188,21 @@ fn bench_quick_json_has_every_field_with_sane_values() {
         (0.0..=1.0).contains(&unparks),
         "at most one unpark per invited worker: {unparks}"
     );
+    positive(&["waiting", "adaptive_vs_best_fixed"]);
+    positive(&["waiting", "oversubscribed_vs_fitting"]);
+    assert_eq!(
+        r["waiting"]["policies"].as_array().unwrap().len(),
+        6,
+        "5 fixed budgets + adaptive"
+    );
+    assert_eq!(
+        r["waiting"]["cpu_ms_after_last_token"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    assert_eq!(r["waiting"]["competing"].as_array().unwrap().len(), 3);
     let share = r["decode"]["caller_wait_share"].as_f64().unwrap();
     assert!((0.0..1.0).contains(&share), "{share}");
     positive(&["decode", "dispatches_per_token"]);

@@ -1,0 +1,220 @@
+//! The waiting section of `pool bench`: the adaptive spin policy against
+//! fixed budgets, idle CPU burn, oversubscription and a competing process.
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use pool_benches::RayonExecutor;
+use pool_core::{Pool, SpinPolicy};
+use pool_matvec::decode::{DecodeExecutor, DecodeModel};
+use serde::Serialize;
+
+use crate::bench::{tokens_per_s, Summary};
+
+/// Fixed budgets compared with the adaptive policy.
+pub(crate) const FIXED_BUDGETS: [usize; 5] = [0, 500, 4000, 20000, 200000];
+
+#[derive(Serialize)]
+pub(crate) struct PolicyPoint {
+    policy: String,
+    tokens_per_s: Summary,
+}
+
+#[derive(Serialize)]
+pub(crate) struct IdleBurn {
+    executor: String,
+    cpu_ms: f64,
+}
+
+/// The JSON object `waiting` of `pool bench --json` (docs/cli.md).
+#[derive(Serialize)]
+pub(crate) struct Waiting {
+    policies: Vec<PolicyPoint>,
+    adaptive_vs_best_fixed: f64,
+    idle_window_ms: f64,
+    cpu_ms_after_last_token: Vec<IdleBurn>,
+    oversubscribed_workers: usize,
+    oversubscribed_tokens_per_s: Summary,
+    oversubscribed_vs_fitting: f64,
+    competing_process_cpu: usize,
+    competing: Vec<PolicyPoint>,
+}
+
+fn name(policy: SpinPolicy) -> String {
+    match policy {
+        SpinPolicy::Fixed(n) => format!("fixed {n}"),
+        SpinPolicy::Adaptive { linger } => {
+            format!("adaptive ({} ms linger)", linger.as_secs_f64() * 1e3)
+        }
+    }
+}
+
+fn pool_with(workers: usize, policy: SpinPolicy) -> Pool {
+    Pool::builder()
+        .workers(workers)
+        .spin_policy(policy)
+        .build()
+        .expect("spawn the pool's workers")
+}
+
+/// CPU time this process used, in ms (user + system).
+fn process_cpu_ms() -> f64 {
+    // SAFETY: `usage` is a valid out-pointer; RUSAGE_SELF always succeeds.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    ms(usage.ru_utime) + ms(usage.ru_stime)
+}
+
+/// CPU burned by the process in `window` after the last token on `exec`
+/// (the caller sleeps, so it is the executor's idle threads).
+fn burn_after_last_token(model: &DecodeModel, exec: &dyn DecodeExecutor, window: Duration) -> f64 {
+    model.decode(exec, 2);
+    let before = process_cpu_ms();
+    std::thread::sleep(window);
+    process_cpu_ms() - before
+}
+
+/// A busy process pinned to `cpu`, for `seconds` at most.
+fn competing_process(cpu: usize, seconds: u64) -> Option<Child> {
+    let exe = std::env::current_exe().ok()?;
+    Command::new(exe)
+        .args([
+            "burn",
+            "--cpu",
+            &cpu.to_string(),
+            "--seconds",
+            &seconds.to_string(),
+        ])
+        .spawn()
+        .ok()
+}
+
+/// Spins on `cpu` for `seconds` (the hidden `pool burn` subcommand).
+pub(crate) fn burn(cpu: usize, seconds: u64) {
+    let _ = pool_topo::pin_current_thread(&[cpu]);
+    let end = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < end {
+        for _ in 0..1000 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+pub(crate) fn measure(model: &DecodeModel, workers: usize, tokens: usize, quick: bool) -> Waiting {
+    let mut policies: Vec<SpinPolicy> = FIXED_BUDGETS
+        .iter()
+        .map(|&n| SpinPolicy::Fixed(n))
+        .collect();
+    policies.push(SpinPolicy::adaptive());
+    let points: Vec<PolicyPoint> = policies
+        .iter()
+        .map(|&policy| {
+            let pool = pool_with(workers, policy);
+            PolicyPoint {
+                policy: name(policy),
+                tokens_per_s: tokens_per_s(model, &pool, tokens),
+            }
+        })
+        .collect();
+    let best_fixed = points[..FIXED_BUDGETS.len()]
+        .iter()
+        .map(|p| p.tokens_per_s.median)
+        .fold(0.0, f64::max);
+    let adaptive_vs_best_fixed = points[FIXED_BUDGETS.len()].tokens_per_s.median / best_fixed;
+
+    let window = Duration::from_millis(if quick { 250 } else { 1000 });
+    let mut cpu_ms_after_last_token = Vec::new();
+    for policy in [
+        SpinPolicy::adaptive(),
+        SpinPolicy::Fixed(4000),
+        SpinPolicy::Fixed(200_000),
+    ] {
+        let pool = pool_with(workers, policy);
+        cpu_ms_after_last_token.push(IdleBurn {
+            executor: format!("pool, {}", name(policy)),
+            cpu_ms: burn_after_last_token(model, &pool, window),
+        });
+    }
+    let rayon = RayonExecutor::new(workers + 1);
+    cpu_ms_after_last_token.push(IdleBurn {
+        executor: "rayon".into(),
+        cpu_ms: burn_after_last_token(model, &rayon, window),
+    });
+    drop(rayon);
+
+    let cpus = pool_topo::usable_cpus();
+    let oversubscribed_workers = cpus * 4;
+    let fitting = tokens_per_s(model, &pool_with(workers, SpinPolicy::adaptive()), tokens);
+    let oversubscribed_tokens_per_s = tokens_per_s(
+        model,
+        &pool_with(oversubscribed_workers, SpinPolicy::adaptive()),
+        tokens,
+    );
+
+    let competing_process_cpu = *pool_topo::process_affinity_cpus().last().unwrap_or(&0);
+    let seconds = if quick { 5 } else { 20 };
+    let mut child = competing_process(competing_process_cpu, seconds);
+    std::thread::sleep(Duration::from_millis(100));
+    let competing = [
+        SpinPolicy::adaptive(),
+        SpinPolicy::Fixed(4000),
+        SpinPolicy::Fixed(200_000),
+    ]
+    .iter()
+    .map(|&policy| {
+        let pool = pool_with(workers, policy);
+        PolicyPoint {
+            policy: name(policy),
+            tokens_per_s: tokens_per_s(model, &pool, tokens.min(9)),
+        }
+    })
+    .collect();
+    if let Some(child) = child.as_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    Waiting {
+        policies: points,
+        adaptive_vs_best_fixed,
+        idle_window_ms: window.as_secs_f64() * 1e3,
+        cpu_ms_after_last_token,
+        oversubscribed_workers,
+        oversubscribed_vs_fitting: oversubscribed_tokens_per_s.median / fitting.median,
+        oversubscribed_tokens_per_s,
+        competing_process_cpu,
+        competing,
+    }
+}
+
+pub(crate) fn print(w: &Waiting) {
+    println!("waiting: spin policies on the decode workload (medians)");
+    for p in &w.policies {
+        println!(
+            "  {:<34} {:>10.1} tokens/s",
+            p.policy, p.tokens_per_s.median
+        );
+    }
+    println!("  adaptive / best fixed: {:.3}", w.adaptive_vs_best_fixed);
+    println!(
+        "  CPU burned in the {} ms after the last token:",
+        w.idle_window_ms
+    );
+    for b in &w.cpu_ms_after_last_token {
+        println!("    {:<32} {:>8.2} ms", b.executor, b.cpu_ms);
+    }
+    println!(
+        "  oversubscribed ({} workers): {:.1} tokens/s, {:.2}x the fitting pool",
+        w.oversubscribed_workers, w.oversubscribed_tokens_per_s.median, w.oversubscribed_vs_fitting
+    );
+    println!("  with a busy process on CPU {}:", w.competing_process_cpu);
+    for p in &w.competing {
+        println!(
+            "    {:<32} {:>8.1} tokens/s",
+            p.policy, p.tokens_per_s.median
+        );
+    }
+}
