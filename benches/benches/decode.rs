@@ -35,13 +35,19 @@ fn spin_policies(c: &mut Criterion) {
     let workers = pool_topo::usable_cpus().saturating_sub(1).max(1);
     let model = DecodeModel::random(DecodeConfig::default(), WeightFormat::F32, 42);
     let mut group = c.benchmark_group("decode_token_spin_policy");
-    group.sample_size(10).measurement_time(Duration::from_secs(3));
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(3));
     let policies = [0usize, 500, 4000, 20000, 200000]
         .map(SpinPolicy::Fixed)
         .into_iter()
         .chain([SpinPolicy::adaptive()]);
     for policy in policies {
-        let pool = Pool::builder().workers(workers).spin_policy(policy).build().unwrap();
+        let pool = Pool::builder()
+            .workers(workers)
+            .spin_policy(policy)
+            .build()
+            .unwrap();
         let name = match policy {
             SpinPolicy::Fixed(n) => format!("fixed_{n}"),
             SpinPolicy::Adaptive { .. } => "adaptive".to_owned(),

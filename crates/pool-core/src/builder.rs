@@ -3,6 +3,7 @@
 use std::fmt;
 use std::io;
 
+use crate::context::JobContext;
 use crate::dispatch::Shared;
 use crate::env::spin_policy_from_env;
 use crate::policy::SpinPolicy;
@@ -33,6 +34,7 @@ pub struct PoolBuilder {
     on_start: Option<StartHook>,
     assume_cpus: Option<usize>,
     stack_size: Option<usize>,
+    contexts: Vec<process::Arc<dyn JobContext>>,
 }
 
 impl fmt::Debug for PoolBuilder {
@@ -44,6 +46,7 @@ impl fmt::Debug for PoolBuilder {
             .field("thread_name_prefix", &self.thread_name_prefix)
             .field("on_start", &self.on_start.is_some())
             .field("assume_cpus", &self.assume_cpus)
+            .field("contexts", &self.contexts.len())
             .finish()
     }
 }
@@ -66,6 +69,7 @@ impl PoolBuilder {
             on_start: None,
             assume_cpus: None,
             stack_size: None,
+            contexts: Vec::new(),
         }
     }
 
@@ -117,6 +121,20 @@ impl PoolBuilder {
         self
     }
 
+    /// Carries a kind of caller context into every job: captured on the
+    /// caller at dispatch, entered on each worker for the job, restored
+    /// after. May be called several times.
+    pub fn context(mut self, context: impl JobContext) -> Self {
+        self.contexts.push(process::Arc::new(context));
+        self
+    }
+
+    /// Enters the caller's current `tracing` span on every participant
+    /// ([`TracingSpanContext`](crate::TracingSpanContext)).
+    pub fn trace_spans(self) -> Self {
+        self.context(crate::context::TracingSpanContext)
+    }
+
     /// Stack size of each worker thread (default: the platform's).
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = Some(bytes);
@@ -141,7 +159,12 @@ impl PoolBuilder {
         let policy = self.spin.unwrap_or_else(spin_policy_from_env);
         let cpus = self.assume_cpus.unwrap_or_else(usable_cpus).max(1);
         let oversubscribed = self.workers + 1 > cpus;
-        let shared = Arc::new(Shared::new(self.workers, policy, oversubscribed));
+        let shared = Arc::new(Shared::new(
+            self.workers,
+            policy,
+            oversubscribed,
+            self.contexts,
+        ));
         let startup = Arc::new(startup::Startup::new());
 
         let mut pool = Pool {

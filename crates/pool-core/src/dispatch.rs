@@ -52,6 +52,7 @@ use std::panic::{self, AssertUnwindSafe};
 use crossbeam_utils::CachePadded;
 
 use crate::clock;
+use crate::context::{Captured, JobContext};
 use crate::job::{Job, JobFn};
 use crate::policy::{linger_spins, SpinPolicy, MIN_ADAPTIVE_SPIN};
 use crate::stats::{self, CallerCounters, PoolStats, WorkerCounters};
@@ -114,7 +115,21 @@ unsafe impl Sync for Inbox {}
 // thread moves no ownership of it, and all access follows invariant 1.
 unsafe impl Send for Inbox {}
 
+/// The current job's captured caller contexts.
+pub(crate) struct CapturedContexts(pub(crate) UnsafeCell<Vec<Captured>>);
+
+// SAFETY: the values are `Send + Sync`; the cell is written only by the turn
+// holder while no ticket holder of an unfinished job exists, and read only by
+// ticket holders between their Acquire ticket load and their Release
+// decrement (invariant 1), so accesses never overlap.
+unsafe impl Sync for CapturedContexts {}
+
 /// State shared by the pool handle and its workers.
+///
+/// # Invariants
+///
+/// `captured` follows invariant 1 (see the module docs): written only by the
+/// turn holder before it issues tickets, read only by ticket holders.
 pub(crate) struct Shared {
     pub(crate) slots: Box<[WorkerSlot]>,
     /// Ticket holders that have not finished the current job.
@@ -134,6 +149,12 @@ pub(crate) struct Shared {
     pub(crate) ns_per_tick: f64,
     /// Callers take turns: one job in flight per pool.
     pub(crate) turn: Mutex<()>,
+    /// Caller context kinds carried into every job (empty: none, one branch).
+    pub(crate) contexts: Box<[process::Arc<dyn JobContext>]>,
+    /// The current job's captured contexts: written by the turn holder
+    /// before the tickets, read by ticket holders (invariant 1, like an
+    /// inbox).
+    pub(crate) captured: CapturedContexts,
     /// The first panic payload caught from a worker during the current job.
     pub(crate) worker_panic: Mutex<Option<Box<dyn Any + Send + 'static>>>,
 }
@@ -223,7 +244,12 @@ fn inside_pool(pool: usize) -> bool {
 }
 
 impl Shared {
-    pub(crate) fn new(workers: usize, policy: SpinPolicy, oversubscribed: bool) -> Shared {
+    pub(crate) fn new(
+        workers: usize,
+        policy: SpinPolicy,
+        oversubscribed: bool,
+        contexts: Vec<process::Arc<dyn JobContext>>,
+    ) -> Shared {
         let slots = (0..workers)
             .map(|_| WorkerSlot {
                 inbox: CachePadded::new(Inbox {
@@ -252,6 +278,8 @@ impl Shared {
             caller_counters: CachePadded::new(CallerCounters::default()),
             ns_per_tick: clock::ns_per_tick(),
             turn: Mutex::new(()),
+            contexts: contexts.into_boxed_slice(),
+            captured: CapturedContexts(UnsafeCell::new(Vec::new())),
             worker_panic: Mutex::new(None),
         };
         shared.settings.set_policy(policy);
@@ -314,6 +342,12 @@ impl Shared {
             self.epoch.store(epoch.wrapping_add(1), Ordering::Relaxed);
         } else {
             counters.full.add(1);
+        }
+        if !self.contexts.is_empty() {
+            let captured: Vec<Captured> = self.contexts.iter().map(|c| c.capture()).collect();
+            // SAFETY: as for the inboxes below (invariant 1): no ticket holder
+            // of an unfinished job exists while we hold `turn`.
+            self.captured.0.with_mut(|slot| unsafe { *slot = captured });
         }
         // 2. Inbox, then ticket with Release: pairs with the worker's Acquire
         //    ticket load in `idle::wait_for_ticket`.

@@ -22,6 +22,7 @@
 
 mod builder;
 mod clock;
+mod context;
 mod dispatch;
 mod env;
 mod idle;
@@ -34,6 +35,7 @@ mod sync;
 mod worker;
 
 pub use builder::PoolBuilder;
+pub use context::{Captured, JobContext, Previous, ThreadLocalContext, TracingSpanContext};
 pub use dispatch::dispatch_count;
 pub use env::{
     parse_spin_policy, spin_policy_from_env, InvalidSpinBudget, DEFAULT_SPIN_BUDGET, SPIN_ENV,
