@@ -1,0 +1,74 @@
+/* Exercises every call of pool_ffi.h; built and run by tests/c_program.rs.
+ * Prints "ok <check>" lines and exits 0 when all hold. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "pool_ffi.h"
+
+#define CHECK(cond, name)                                   \
+    do {                                                    \
+        if (!(cond)) {                                      \
+            fprintf(stderr, "FAILED %s (line %d)\n", name, __LINE__); \
+            return 1;                                       \
+        }                                                   \
+        printf("ok %s\n", name);                            \
+    } while (0)
+
+struct squares {
+    double *out;
+    size_t calls;
+};
+
+static void square_rows(void *ctx, size_t start, size_t end) {
+    struct squares *s = (struct squares *)ctx;
+    for (size_t i = start; i < end; i++) {
+        s->out[i] = (double)i * (double)i;
+    }
+    __atomic_fetch_add(&s->calls, 1, __ATOMIC_RELAXED);
+}
+
+int main(void) {
+    /* A forced width wins over the environment. */
+    pool_set_forced_width(3);
+    PoolHandle *pool = pool_create_from_env();
+    CHECK(pool != NULL, "create_from_env");
+    CHECK(pool_workers(pool) == 2, "forced width 3 = 2 workers + caller");
+
+    size_t rows = 10000;
+    struct squares s = { calloc(rows, sizeof(double)), 0 };
+    CHECK(pool_run_rows(pool, rows, square_rows, &s) == POOL_OK, "run_rows");
+    int all = 1;
+    for (size_t i = 0; i < rows; i++) {
+        all &= s.out[i] == (double)i * (double)i;
+    }
+    CHECK(all, "every row computed");
+    CHECK(s.calls >= 1, "callback called");
+    CHECK(pool_run_rows(pool, 0, square_rows, &s) == POOL_OK, "zero rows");
+    CHECK(pool_run_rows(pool, rows, NULL, &s) == POOL_ENULL, "null callback refused");
+    CHECK(pool_run_rows(NULL, rows, square_rows, &s) == POOL_ENULL, "null pool refused");
+
+    int32_t tids[8];
+    size_t n = pool_worker_tids(pool, tids, 8);
+    CHECK(n == 2, "two worker tids");
+#ifdef __linux__
+    CHECK(tids[0] > 0 && tids[1] > 0 && tids[0] != tids[1], "tids are distinct kernel ids");
+#endif
+
+    PoolStatsC stats;
+    memset(&stats, 0, sizeof stats);
+    CHECK(pool_stats(pool, &stats) == POOL_OK, "stats");
+    CHECK(stats.dispatches_full + stats.dispatches_limited >= 1, "a dispatch counted");
+    CHECK(stats.jobs_hot + stats.jobs_after_park >= 1, "a worker job counted");
+    CHECK(pool_stats(pool, NULL) == POOL_ENULL, "null stats refused");
+    pool_destroy(pool);
+
+    pool_set_forced_width(0);
+    PoolHandle *two = pool_create(1);
+    CHECK(two != NULL && pool_workers(two) == 1, "create with a width");
+    pool_destroy(two);
+    pool_destroy(NULL);
+    CHECK(pool_workers(NULL) == 0, "null handle reads as empty");
+    free(s.out);
+    printf("all passed\n");
+    return 0;
+}

@@ -1,0 +1,51 @@
+//! Builds `tests/c/pool_test.c` against the static library and the
+//! generated header with the system C compiler, runs it, and checks every
+//! call it exercises.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+fn target_dir() -> PathBuf {
+    // tests run from target/<profile>/deps/<name>-<hash>
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+#[test]
+fn the_c_test_program_exercises_every_call() {
+    testkit::watchdog("c_program", Duration::from_secs(300), |stage| {
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let lib = target_dir().join("libpool_ffi.a");
+        assert!(
+            lib.exists(),
+            "{} not built (crate-type staticlib)",
+            lib.display()
+        );
+        let exe = target_dir().join("pool_ffi_c_test");
+        stage.set("compiling the C program");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+        let status = Command::new(&cc)
+            .arg("-std=c11")
+            .arg("-Wall")
+            .arg("-Werror")
+            .arg("-I")
+            .arg(crate_dir.join("include"))
+            .arg(crate_dir.join("tests/c/pool_test.c"))
+            .arg(&lib)
+            .args(["-lpthread", "-ldl", "-lm", "-o"])
+            .arg(&exe)
+            .status()
+            .unwrap_or_else(|e| panic!("running the C compiler `{cc}`: {e}"));
+        assert!(status.success(), "the C program did not compile");
+        stage.set("running the C program");
+        let out = Command::new(&exe).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "C test failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("all passed"), "{stdout}");
+    });
+}
