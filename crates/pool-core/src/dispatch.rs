@@ -387,7 +387,7 @@ impl Shared {
         // 5. Barrier: even if the caller panicked, every ticket holder must
         //    finish before `f`'s borrow may end.
         let start = clock::ticks();
-        let spins = self.wait_for_workers();
+        let spins = self.wait_for_workers(unparks > 0);
         let waited = clock::ticks().wrapping_sub(start);
         let waited_ns = (waited as f64 * self.ns_per_tick) as u64;
         counters.record_wait(waited, waited_ns, spins);
@@ -400,10 +400,13 @@ impl Shared {
 
     /// Waits until `remaining == 0`. Acquire: pairs with every worker's
     /// Release decrement (one release sequence), so their writes are visible.
-    /// Returns the spins it took.
+    /// Returns the spins it took. `woke_someone`: this dispatch unparked a
+    /// worker, which the scheduler may have queued on this very CPU (wake
+    /// affinity): yield early, as when oversubscribed, or that worker waits
+    /// for our whole spin budget (measured: ~0.7 ms instead of ~10 µs).
     #[inline]
-    fn wait_for_workers(&self) -> u64 {
-        let yield_after = if self.settings.oversubscribed {
+    fn wait_for_workers(&self, woke_someone: bool) -> u64 {
+        let yield_after = if self.settings.oversubscribed || woke_someone {
             OVERSUBSCRIBED_SPINS_BEFORE_YIELD
         } else {
             CALLER_SPINS_BEFORE_YIELD

@@ -157,16 +157,29 @@ fn spinner_limit() -> usize {
     }
 }
 
-/// Takes a spinner slot if one is free.
+/// Takes a spinner slot if one is free. A compare-exchange loop, so the
+/// count never exceeds the limit even transiently; it runs only when a
+/// worker starts spinning after a park, never per job.
 pub(crate) fn try_acquire_spinner() -> bool {
     let limit = spinner_limit();
-    let before = SPINNERS.fetch_add(1, ProcessOrdering::Relaxed);
-    if before >= limit {
-        SPINNERS.fetch_sub(1, ProcessOrdering::Relaxed);
-        return false;
+    let mut current = SPINNERS.load(ProcessOrdering::Relaxed);
+    loop {
+        if current >= limit {
+            return false;
+        }
+        match SPINNERS.compare_exchange_weak(
+            current,
+            current + 1,
+            ProcessOrdering::Relaxed,
+            ProcessOrdering::Relaxed,
+        ) {
+            Ok(_) => {
+                SPINNERS_HIGH_WATER.fetch_max(current + 1, ProcessOrdering::Relaxed);
+                return true;
+            }
+            Err(now) => current = now,
+        }
     }
-    SPINNERS_HIGH_WATER.fetch_max(before + 1, ProcessOrdering::Relaxed);
-    true
 }
 
 /// Gives a spinner slot back.
