@@ -7,7 +7,7 @@
 
 use crate::clock;
 use crate::dispatch::{Shared, OVERSUBSCRIBED_SPINS_BEFORE_YIELD};
-use crate::policy::{release_spinner, try_acquire_spinner, GapWindow};
+use crate::policy::{release_spinner, ticks_per_spin, try_acquire_spinner, GapWindow};
 use crate::sync::{fence, process, spin_loop, thread, Ordering, SPIN_SCALE_SHIFT};
 
 /// A worker with a CPU of its own still yields this often (~45 µs of
@@ -114,9 +114,14 @@ pub(crate) fn wait_for_ticket(
             }
             if adaptive && !state.first_wait {
                 let linger = settings.linger_ticks.load(process::Ordering::Relaxed);
-                state
-                    .gaps
-                    .record(clock::ticks().wrapping_sub(started), linger);
+                // A hot pickup reads no clock (it would delay the job): the
+                // gap is its spins at the calibrated ticks per spin.
+                let gap = if parked {
+                    clock::ticks().wrapping_sub(started)
+                } else {
+                    (spun as f64 * ticks_per_spin()) as u64
+                };
+                state.gaps.record(gap, linger);
             }
             state.first_wait = false;
             return Wake::Ticket(ticket);

@@ -87,6 +87,19 @@ pub fn spin_iteration_ns() -> f64 {
     }
 }
 
+/// Clock ticks one spin iteration takes (calibrated once).
+pub(crate) fn ticks_per_spin() -> f64 {
+    #[cfg(not(loom))]
+    {
+        static RATE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+        *RATE.get_or_init(|| spin_iteration_ns() / crate::clock::ns_per_tick())
+    }
+    #[cfg(loom)]
+    {
+        0.0
+    }
+}
+
 /// `linger` in spin iterations.
 pub(crate) fn linger_spins(linger: Duration) -> usize {
     ((linger.as_nanos() as f64 / spin_iteration_ns()) as usize).max(1)
