@@ -54,7 +54,7 @@ use crossbeam_utils::CachePadded;
 use crate::clock;
 use crate::context::{Captured, JobContext};
 use crate::job::{Job, JobFn};
-use crate::policy::{linger_spins, SpinPolicy, MIN_ADAPTIVE_SPIN};
+use crate::policy::{linger_spins, ticks_per_spin, SpinPolicy, MIN_ADAPTIVE_SPIN};
 use crate::stats::{self, CallerCounters, PoolStats, WorkerCounters};
 use crate::sync::{fence, lock, process, spin_loop, thread, thread_local};
 use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, UnsafeCell};
@@ -62,6 +62,10 @@ use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, UnsafeCell};
 /// The caller waits this many spins before yielding when the pool is
 /// oversubscribed: a ticket holder may be waiting for this very CPU.
 pub(crate) const OVERSUBSCRIBED_SPINS_BEFORE_YIELD: u32 = 64;
+
+/// Barrier waits shorter than this many spins are timed by their spin
+/// count instead of a clock read.
+const SHORT_WAIT_SPINS: u64 = 64;
 
 /// Even with a CPU per thread, a caller that has spun this long yields: a
 /// worker may have been descheduled by another process.
@@ -388,10 +392,18 @@ impl Shared {
         //    finish before `f`'s borrow may end.
         let start = clock::ticks();
         let spins = self.wait_for_workers(unparks > 0);
-        let waited = clock::ticks().wrapping_sub(start);
-        let waited_ns = (waited as f64 * self.ns_per_tick) as u64;
-        counters.record_wait(waited, waited_ns, spins);
-        self.note_contention(waited, waited_ns, start.wrapping_sub(share_start));
+        // A short wait reads no clock at its end (that read would delay
+        // `run`'s return): its length is its spins at the calibrated cost
+        // of one, and a wait that short is never foreign load.
+        if spins < SHORT_WAIT_SPINS {
+            let waited = (spins as f64 * ticks_per_spin()) as u64;
+            counters.record_wait(waited, (waited as f64 * self.ns_per_tick) as u64, spins);
+        } else {
+            let waited = clock::ticks().wrapping_sub(start);
+            let waited_ns = (waited as f64 * self.ns_per_tick) as u64;
+            counters.record_wait(waited, waited_ns, spins);
+            self.note_contention(waited, waited_ns, start.wrapping_sub(share_start));
+        }
         if caller_result.is_err() {
             counters.panics.add(1);
         }

@@ -42,10 +42,10 @@ fn a_dense_stream_stays_hot_with_no_unpark() {
             busy(Duration::from_micros(20));
         }
         let s = pool.stats().since(&before);
-        // A loaded CI machine may deschedule the worker past the linger a
-        // few times; a spinning policy would show ~0, a parking one ~500.
-        assert!(s.unparks <= 10, "{s}");
-        assert!(s.jobs_hot >= 490, "{s}");
+        // A loaded CI machine may deschedule the worker past the linger now
+        // and then; a spinning policy shows ~0 unparks, a parking one ~500.
+        assert!(s.unparks <= 50, "{s}");
+        assert!(s.jobs_hot >= 450, "{s}");
     });
 }
 
