@@ -142,9 +142,34 @@ fn straggler_workload(c: &mut Criterion) {
     group.finish();
 }
 
+thread_local!(static DEVICE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
+
+/// Dispatch latency with no registered context (must equal plain
+/// `pool_run`: zero cost when unused) and with one thread-local context.
+fn job_context(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fork_join_context");
+    group
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500));
+    let plain = Pool::with_spin(1, 1 << 20);
+    group.bench_function("no_context", |b| b.iter(|| plain.run(&|_, _| {})));
+    drop(plain);
+    let with = Pool::builder()
+        .workers(1)
+        .spin(1 << 20)
+        .context(pool_core::ThreadLocalContext::new(&DEVICE))
+        .build()
+        .unwrap();
+    group.bench_function("one_thread_local_context", |b| {
+        b.iter(|| with.run(&|_, _| {}))
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     hot_fork_join,
+    job_context,
     oversubscribed_fork_join,
     after_idle_gap,
     straggler_workload
