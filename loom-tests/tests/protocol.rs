@@ -28,27 +28,25 @@ fn count_entries(pool: &Pool, counts: &[AtomicUsize], limited: Option<usize>) {
     }
 }
 
+/// Runs `jobs` full jobs on a one-worker pool and checks each ran once on
+/// both participants.
+fn every_job_completes(pool: &Pool, jobs: usize) {
+    let counts = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    for _ in 0..jobs {
+        count_entries(pool, &counts, None);
+    }
+    assert_eq!(counts[0].load(Ordering::Relaxed), jobs);
+    assert_eq!(counts[1].load(Ordering::Relaxed), jobs);
+}
+
 #[test]
 fn no_wakeup_is_lost_when_workers_always_park() {
-    model(|| {
-        let pool = Pool::with_spin(1, 0);
-        let counts = [AtomicUsize::new(0), AtomicUsize::new(0)];
-        count_entries(&pool, &counts, None);
-        count_entries(&pool, &counts, None);
-        assert_eq!(counts[0].load(Ordering::Relaxed), 2);
-        assert_eq!(counts[1].load(Ordering::Relaxed), 2);
-    });
+    model(|| every_job_completes(&Pool::with_spin(1, 0), 2));
 }
 
 #[test]
 fn no_wakeup_is_lost_with_a_small_spin_budget() {
-    model(|| {
-        let pool = Pool::with_spin(1, SMALL_BUDGET);
-        let counts = [AtomicUsize::new(0), AtomicUsize::new(0)];
-        count_entries(&pool, &counts, None);
-        assert_eq!(counts[0].load(Ordering::Relaxed), 1);
-        assert_eq!(counts[1].load(Ordering::Relaxed), 1);
-    });
+    model(|| every_job_completes(&Pool::with_spin(1, SMALL_BUDGET), 1));
 }
 
 /// The adaptive policy's path (gap window, spinner slot, deadline) parks
@@ -62,11 +60,7 @@ fn no_wakeup_is_lost_with_the_adaptive_policy() {
             .spin_policy(pool_core::SpinPolicy::adaptive())
             .build()
             .unwrap();
-        let counts = [AtomicUsize::new(0), AtomicUsize::new(0)];
-        count_entries(&pool, &counts, None);
-        count_entries(&pool, &counts, None);
-        assert_eq!(counts[0].load(Ordering::Relaxed), 2);
-        assert_eq!(counts[1].load(Ordering::Relaxed), 2);
+        every_job_completes(&pool, 2);
     });
 }
 
