@@ -159,6 +159,10 @@ pub(crate) struct Shared {
     /// before the tickets, read by ticket holders (invariant 1, like an
     /// inbox).
     pub(crate) captured: CapturedContexts,
+    /// Two-node placement: whether worker `i` sits on the far node (a hint
+    /// for kernels, `std` atomics), and the mask to restore on unbind.
+    pub(crate) far: Box<[process::AtomicBool]>,
+    pub(crate) unbound_mask: Mutex<Option<Vec<usize>>>,
     /// The first panic payload caught from a worker during the current job.
     pub(crate) worker_panic: Mutex<Option<Box<dyn Any + Send + 'static>>>,
 }
@@ -284,6 +288,10 @@ impl Shared {
             turn: Mutex::new(()),
             contexts: contexts.into_boxed_slice(),
             captured: CapturedContexts(UnsafeCell::new(Vec::new())),
+            far: (0..workers)
+                .map(|_| process::AtomicBool::new(false))
+                .collect(),
+            unbound_mask: Mutex::new(None),
             worker_panic: Mutex::new(None),
         };
         shared.settings.set_policy(policy);

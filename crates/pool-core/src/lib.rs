@@ -30,6 +30,7 @@ mod job;
 mod placement;
 mod policy;
 mod pool;
+mod sides;
 mod stats;
 mod sync;
 mod worker;
@@ -45,4 +46,5 @@ pub use policy::{
     MIN_ADAPTIVE_SPIN,
 };
 pub use pool::Pool;
+pub use sides::Side;
 pub use stats::{PoolStats, WAIT_BUCKET_BOUNDS_NS};

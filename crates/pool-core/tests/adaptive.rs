@@ -32,6 +32,10 @@ fn thread_state(tid: i32) -> char {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "timing policy, no unsafe code of its own; Miri's clock is virtual"
+)]
 fn a_dense_stream_stays_hot_with_no_unpark() {
     watched("dense", |_| {
         let pool = adaptive(1, Duration::from_millis(2));
@@ -50,6 +54,10 @@ fn a_dense_stream_stays_hot_with_no_unpark() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "timing policy, no unsafe code of its own; Miri's clock is virtual"
+)]
 #[cfg(target_os = "linux")]
 fn the_linger_parks_every_worker_once_the_stream_stops() {
     watched("linger", |stage| {
@@ -77,6 +85,10 @@ fn the_linger_parks_every_worker_once_the_stream_stops() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "timing policy, no unsafe code of its own; Miri's clock is virtual"
+)]
 fn a_sparse_stream_teaches_workers_to_park_almost_at_once() {
     watched("sparse", |_| {
         let linger = Duration::from_millis(20);
@@ -103,6 +115,10 @@ fn a_sparse_stream_teaches_workers_to_park_almost_at_once() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "timing policy, no unsafe code of its own; Miri's clock is virtual"
+)]
 fn a_barrier_wait_far_longer_than_the_callers_share_marks_foreign_load() {
     watched("contended", |_| {
         let pool = adaptive(1, Duration::from_millis(2));
@@ -126,6 +142,10 @@ fn a_barrier_wait_far_longer_than_the_callers_share_marks_foreign_load() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "timing policy, no unsafe code of its own; Miri's clock is virtual"
+)]
 fn fixed_budgets_and_the_adaptive_policy_switch_at_run_time() {
     watched("switch", |_| {
         let pool = adaptive(2, Duration::from_millis(2));

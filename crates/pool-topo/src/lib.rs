@@ -27,6 +27,7 @@ mod hetero;
 mod numa;
 mod plan;
 mod topology;
+mod two_nodes;
 mod width;
 
 pub use affinity::{pin_current_thread, process_affinity_cpus, usable_cpus};
@@ -45,6 +46,9 @@ pub use plan::{
 pub use topology::{
     perf_core_count, physical_core_count, CpuTopology, PhysicalCore, SYSFS_CPU_ROOT,
 };
+#[cfg(target_os = "linux")]
+pub use two_nodes::place_span;
+pub use two_nodes::{plan_two_nodes, SpanPlacement, TwoNodeDecision, TwoNodePlan};
 pub use width::{
     default_cpu_threads, resolve_cpu_threads, resolve_cpu_threads_with, ResolvedWidth, WidthSource,
     FERROX_THREADS_ENV, MAX_DEFAULT_THREADS, RAYON_THREADS_ENV,

@@ -225,7 +225,8 @@ pub fn node_of_pages(regions: &[&[u8]]) -> Result<PagePlacement, TopoError> {
     }
 }
 
-fn page_size() -> usize {
+/// The system's page size (4096 if it cannot be read).
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if size > 0 {

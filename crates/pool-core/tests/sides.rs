@@ -1,0 +1,110 @@
+//! Two-node binding and two-sided jobs (a fake two-node plan over this
+//! host's CPUs, so the pins are real).
+
+use std::sync::Mutex;
+
+use pool_core::{Pool, Side};
+use pool_topo::{process_affinity_cpus, NumaNode, TwoNodePlan};
+use testkit::watched;
+
+fn covered_once(ranges: &[(usize, usize)], items: usize) -> bool {
+    let mut seen = vec![0u8; items];
+    for &(start, end) in ranges {
+        seen[start..end].iter_mut().for_each(|n| *n += 1);
+    }
+    seen.iter().all(|&n| n == 1)
+}
+
+/// One side's ranges and the threads that ran them.
+type SideLog = (Vec<(usize, usize)>, Vec<String>);
+
+/// Runs a two-sided job and returns, per side, the ranges and the threads.
+fn sides(pool: &Pool, near: usize, far: usize) -> [SideLog; 2] {
+    let seen: Mutex<[SideLog; 2]> = Mutex::default();
+    pool.run_sides(near, far, &|side, start, end| {
+        let name = std::thread::current().name().unwrap_or("caller").to_owned();
+        let mut seen = seen.lock().unwrap();
+        let entry = &mut seen[usize::from(side == Side::Far)];
+        entry.0.push((start, end));
+        entry.1.push(name);
+    });
+    seen.into_inner().unwrap()
+}
+
+#[test]
+fn an_unbound_pool_runs_both_sides_on_every_participant() {
+    watched("sides_unbound", |_| {
+        let pool = Pool::with_spin(3, 1000);
+        assert!(!(0..4).any(|idx| pool.far_worker(idx)));
+        for (near, far) in [(0, 0), (1, 0), (0, 7), (1000, 333)] {
+            let [n, f] = sides(&pool, near, far);
+            assert!(
+                covered_once(&n.0, near) && covered_once(&f.0, far),
+                "{near}/{far}"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_bound_pool_keeps_each_side_on_its_own_threads_and_unbinds() {
+    watched("sides_bound", |_| {
+        let cpus = process_affinity_cpus();
+        let (home, far) = (cpus[0], *cpus.last().unwrap());
+        let plan = TwoNodePlan {
+            home: NumaNode {
+                id: 0,
+                cpus: vec![home],
+            },
+            far: NumaNode {
+                id: 1,
+                cpus: vec![far],
+            },
+            worker_cpus: vec![vec![home], vec![far], vec![home]],
+        };
+        let pool = Pool::builder()
+            .workers(3)
+            .spin(1000)
+            .thread_name_prefix("side")
+            .build()
+            .unwrap();
+        let before = process_affinity_cpus();
+        pool.bind_two_nodes(&plan).unwrap();
+        assert_eq!(process_affinity_cpus(), vec![home], "the caller stays home");
+        assert_eq!(
+            (0..4).map(|i| pool.far_worker(i)).collect::<Vec<_>>(),
+            [false, true, false, false]
+        );
+        let [near, far_side] = sides(&pool, 500, 300);
+        assert!(covered_once(&near.0, 500) && covered_once(&far_side.0, 300));
+        assert!(
+            far_side.1.iter().all(|t| t == "side-1"),
+            "only the odd worker: {:?}",
+            far_side.1
+        );
+        assert!(near.1.iter().all(|t| t != "side-1"), "{:?}", near.1);
+        pool.unbind_two_nodes().unwrap();
+        assert_eq!(process_affinity_cpus(), before, "the caller's mask is back");
+        assert!(!(0..4).any(|idx| pool.far_worker(idx)));
+        pool.unbind_two_nodes().unwrap();
+    });
+}
+
+#[test]
+fn a_plan_for_another_pool_size_is_refused() {
+    let pool = Pool::with_spin(2, 0);
+    let node = NumaNode {
+        id: 0,
+        cpus: vec![0],
+    };
+    let plan = TwoNodePlan {
+        home: node.clone(),
+        far: node,
+        worker_cpus: vec![vec![0]],
+    };
+    let err = pool.bind_two_nodes(&plan).unwrap_err();
+    assert!(
+        err.to_string().contains("plan for 1 workers, pool has 2"),
+        "{err}"
+    );
+}

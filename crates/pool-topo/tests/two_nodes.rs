@@ -1,0 +1,186 @@
+//! Two-socket placement decisions (fixtures) and page placement on this host.
+
+use std::path::PathBuf;
+
+use pool_topo::{numa_nodes, plan_two_nodes, NumaNode, NumaSetting, TwoNodeDecision};
+
+fn fixture_nodes(host: &str) -> Vec<NumaNode> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(host)
+        .join("devices/system/node");
+    numa_nodes(&root).unwrap()
+}
+
+fn split(decision: TwoNodeDecision) -> pool_topo::TwoNodePlan {
+    match decision {
+        TwoNodeDecision::Split(plan) => plan,
+        other => panic!("expected a split: {other}"),
+    }
+}
+
+#[test]
+fn a_two_socket_server_puts_odd_workers_on_the_far_node() {
+    let nodes = fixture_nodes("numa-2socket");
+    let all: Vec<usize> = (0..64).collect();
+    let plan = split(plan_two_nodes(&nodes, &all, 7, 0, NumaSetting::Auto));
+    assert_eq!((plan.home.id, plan.far.id), (0, 1));
+    assert_eq!(plan.worker_cpus.len(), 7);
+    assert!(plan.worker_cpus[1].contains(&16) && !plan.worker_cpus[1].contains(&0));
+    assert!(plan.worker_cpus[0].contains(&0) && plan.worker_cpus[2].contains(&32));
+    // The caller's CPU picks the home node.
+    let plan = split(plan_two_nodes(&nodes, &all, 7, 20, NumaSetting::Auto));
+    assert_eq!((plan.home.id, plan.far.id), (1, 0));
+}
+
+#[test]
+fn cmf_numa_forces_the_home_node_or_disables_the_split() {
+    let nodes = fixture_nodes("numa-2socket");
+    let all: Vec<usize> = (0..64).collect();
+    let plan = split(plan_two_nodes(&nodes, &all, 4, 0, NumaSetting::Node(1)));
+    assert_eq!(plan.home.id, 1);
+    let off = plan_two_nodes(&nodes, &all, 4, 0, NumaSetting::Off);
+    assert!(off.to_string().contains("disabled by CMF_NUMA"), "{off}");
+    let bad = plan_two_nodes(&nodes, &all, 4, 0, NumaSetting::Node(5));
+    assert!(bad.to_string().contains("node:5 names no node"), "{bad}");
+}
+
+#[test]
+fn a_node_with_fewer_cpus_than_its_half_of_the_pool_is_not_split_onto() {
+    let nodes = fixture_nodes("numa-2socket");
+    // Allow all of node 0 but only two CPUs of node 1.
+    let allowed: Vec<usize> = (0..16).chain(32..48).chain([16, 17]).collect();
+    let decision = plan_two_nodes(&nodes, &allowed, 8, 0, NumaSetting::Auto);
+    assert!(
+        decision
+            .to_string()
+            .contains("node 1 has 2 CPUs for 4 far workers"),
+        "{decision}"
+    );
+    // Two far workers fit.
+    split(plan_two_nodes(&nodes, &allowed, 4, 0, NumaSetting::Auto));
+}
+
+#[test]
+fn a_single_node_host_is_never_split_and_says_why() {
+    let decision = plan_two_nodes(&fixture_nodes("vm-2cpu"), &[0, 1], 1, 0, NumaSetting::Auto);
+    assert!(
+        decision.to_string().contains("single-node host"),
+        "{decision}"
+    );
+    // And this host, if it is one node.
+    if let Ok(nodes) = numa_nodes(std::path::Path::new(pool_topo::SYSFS_NODE_ROOT)) {
+        if nodes.len() == 1 {
+            let allowed = pool_topo::process_affinity_cpus();
+            let decision = plan_two_nodes(&nodes, &allowed, 1, allowed[0], NumaSetting::Auto);
+            assert!(
+                decision.to_string().contains("nothing to split"),
+                "{decision}"
+            );
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod pages {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+
+    use pool_topo::{place_span, NumaNode};
+
+    /// A read-only shared mapping of a fresh 1 MiB temp file.
+    struct Mapped {
+        file: std::fs::File,
+        ptr: *mut libc::c_void,
+        len: usize,
+    }
+
+    impl Mapped {
+        fn new(name: &str) -> Mapped {
+            let path =
+                std::env::temp_dir().join(format!("pool-topo-{name}-{}", std::process::id()));
+            let mut file = std::fs::File::create(&path).unwrap();
+            file.write_all(&vec![7u8; 1 << 20]).unwrap();
+            file.sync_all().unwrap();
+            let file = std::fs::File::open(&path).unwrap();
+            std::fs::remove_file(&path).unwrap();
+            use std::os::fd::AsRawFd;
+            let len = 1 << 20;
+            // SAFETY: a fresh read-only shared mapping of an open file.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    file.as_raw_fd(),
+                    0,
+                )
+            };
+            assert_ne!(ptr, libc::MAP_FAILED);
+            Mapped { file, ptr, len }
+        }
+
+        fn span(&self) -> &[u8] {
+            // SAFETY: the mapping lives as long as `self`, `len` bytes, read-only.
+            unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+        }
+    }
+
+    impl Drop for Mapped {
+        fn drop(&mut self) {
+            // SAFETY: unmapping what `new` mapped.
+            unsafe { libc::munmap(self.ptr, self.len) };
+        }
+    }
+
+    #[test]
+    fn pages_already_on_their_node_are_left_alone_and_a_second_call_moves_nothing() {
+        let mapped = Mapped::new("in-place");
+        let sum: u64 = mapped
+            .span()
+            .iter()
+            .step_by(4096)
+            .map(|&b| u64::from(b))
+            .sum();
+        assert_eq!(sum, 7 * 256);
+        let node = NumaNode {
+            id: 0,
+            cpus: pool_topo::process_affinity_cpus(),
+        };
+        let first = place_span(mapped.span(), mapped.file.as_fd(), 0, &node).unwrap();
+        assert_eq!(first.bytes_moved, 0, "{first:?}");
+        assert!(first.reason.unwrap().contains("already on node 0"));
+        let second = place_span(mapped.span(), mapped.file.as_fd(), 0, &node).unwrap();
+        assert_eq!(second.bytes_moved, 0);
+    }
+
+    #[test]
+    fn a_span_off_its_node_is_dropped_and_read_again_from_that_node() {
+        // This host has one node; asking for "node 1" (CPUs of node 0)
+        // exercises the drop-and-reread path and reports what it did.
+        let mapped = Mapped::new("moved");
+        let _ = mapped
+            .span()
+            .iter()
+            .step_by(4096)
+            .map(|&b| u64::from(b))
+            .sum::<u64>();
+        let elsewhere = NumaNode {
+            id: 1,
+            cpus: pool_topo::process_affinity_cpus(),
+        };
+        let moved = place_span(mapped.span(), mapped.file.as_fd(), 0, &elsewhere).unwrap();
+        assert_eq!(moved.bytes_moved, 1 << 20, "{moved:?}");
+        assert_eq!(moved.share_before, 0);
+        assert_eq!(
+            moved.shares_after.get(&0),
+            Some(&100),
+            "re-read on this host's only node: {moved:?}"
+        );
+        assert!(
+            mapped.span().iter().step_by(4096).all(|&b| b == 7),
+            "contents survive"
+        );
+    }
+}
