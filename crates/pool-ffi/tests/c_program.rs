@@ -12,11 +12,35 @@ fn target_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).unwrap().to_path_buf()
 }
 
+/// Builds the static library afresh (a test run builds only the rlib, so a
+/// `libpool_ffi.a` lying in target/ may be stale or missing), in a target
+/// directory of its own so this nested cargo never waits on the outer one.
+fn build_static_library() -> PathBuf {
+    let target = target_dir().join("ffi-c-test");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(&cargo)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "pool-ffi",
+            "--lib",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap_or_else(|e| panic!("running `{cargo} build -p pool-ffi`: {e}"));
+    assert!(status.success(), "`cargo build -p pool-ffi` failed");
+    target.join("debug/libpool_ffi.a")
+}
+
 #[test]
 fn the_c_test_program_exercises_every_call() {
-    testkit::watchdog("c_program", Duration::from_secs(300), |stage| {
+    testkit::watchdog("c_program", Duration::from_secs(600), |stage| {
         let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let lib = target_dir().join("libpool_ffi.a");
+        stage.set("building libpool_ffi.a");
+        let lib = build_static_library();
         assert!(
             lib.exists(),
             "{} not built (crate-type staticlib)",
