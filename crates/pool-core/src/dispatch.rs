@@ -28,6 +28,14 @@
 //! - `epoch`, `spin_budget`: hints only (whether to keep spinning), `Relaxed`.
 //! - `remaining = k` is stored `Relaxed` before the `Release` ticket stores,
 //!   so a worker that acquired its ticket sees it.
+//! - `worker_panicked` is stored `Relaxed` by a worker before its `Release`
+//!   decrement, and read `Relaxed` by the caller after its `Acquire` load of
+//!   0: published by the **complete** pair.
+//! - The captured caller contexts are written and read exactly like an inbox
+//!   (invariant 1), ordered by the **publish** and **complete** pairs.
+//! - Telemetry counters, the spin-policy words and `contended` are
+//!   statistics and hints (`std` atomics, `Relaxed`): they decide how long
+//!   to spin, never whether a job is seen.
 //!
 //! # Invariants
 //!
