@@ -159,12 +159,7 @@ impl PoolBuilder {
         let policy = self.spin.unwrap_or_else(spin_policy_from_env);
         let cpus = self.assume_cpus.unwrap_or_else(usable_cpus).max(1);
         let oversubscribed = self.workers + 1 > cpus;
-        let shared = Arc::new(Shared::new(
-            self.workers,
-            policy,
-            oversubscribed,
-            self.contexts,
-        ));
+        let shared = Arc::new(Shared::new(self.workers, policy, cpus, self.contexts));
         let startup = Arc::new(startup::Startup::new());
 
         let mut pool = Pool {

@@ -62,6 +62,7 @@ use crossbeam_utils::CachePadded;
 use crate::clock;
 use crate::context::{Captured, JobContext};
 use crate::job::{Job, JobFn};
+use crate::load;
 use crate::policy::{linger_spins, ticks_per_spin, SpinPolicy, MIN_ADAPTIVE_SPIN};
 use crate::stats::{self, CallerCounters, PoolStats, WorkerCounters};
 use crate::sync::{fence, lock, process, spin_loop, thread, thread_local};
@@ -192,6 +193,8 @@ pub(crate) struct Settings {
     pub(crate) contended: process::AtomicBool,
     /// More threads (workers + caller) than CPUs this process may use.
     pub(crate) oversubscribed: bool,
+    /// The CPUs this process may use (for the foreign-load test).
+    pub(crate) usable_cpus: usize,
 }
 
 impl Settings {
@@ -263,7 +266,7 @@ impl Shared {
     pub(crate) fn new(
         workers: usize,
         policy: SpinPolicy,
-        oversubscribed: bool,
+        usable_cpus: usize,
         contexts: Vec<process::Arc<dyn JobContext>>,
     ) -> Shared {
         let slots = (0..workers)
@@ -289,7 +292,8 @@ impl Shared {
                 linger_ticks: process::AtomicU64::new(0),
                 floor_ticks: process::AtomicU64::new(0),
                 contended: process::AtomicBool::new(false),
-                oversubscribed,
+                oversubscribed: workers + 1 > usable_cpus,
+                usable_cpus,
             }),
             caller_counters: CachePadded::new(CallerCounters::default()),
             ns_per_tick: clock::ns_per_tick(),
@@ -401,6 +405,7 @@ impl Shared {
         // 4. The caller's share, as the last participant.
         let id = self.id();
         let share_start = clock::ticks();
+        load::maybe_sample(share_start, self.ns_per_tick);
         let caller_result = panic::catch_unwind(AssertUnwindSafe(|| {
             with_active_pool(id, || f(invited, participants))
         }));
@@ -431,10 +436,11 @@ impl Shared {
     /// Returns the spins it took. `woke_someone`: this dispatch unparked a
     /// worker, which the scheduler may have queued on this very CPU (wake
     /// affinity): yield early, as when oversubscribed, or that worker waits
-    /// for our whole spin budget (measured: ~0.7 ms instead of ~10 µs).
+    /// for our whole spin budget (measured: ~0.7 ms instead of ~10 µs). The
+    /// same when other processes crowd the CPUs (`load.rs`).
     #[inline]
     fn wait_for_workers(&self, woke_someone: bool) -> u64 {
-        let yield_after = if self.settings.oversubscribed || woke_someone {
+        let yield_after = if self.settings.oversubscribed || woke_someone || self.crowded() {
             OVERSUBSCRIBED_SPINS_BEFORE_YIELD
         } else {
             CALLER_SPINS_BEFORE_YIELD
@@ -465,6 +471,16 @@ impl Shared {
         if flag.load(process::Ordering::Relaxed) != contended {
             flag.store(contended, process::Ordering::Relaxed);
         }
+    }
+
+    /// Whether other processes keep so many CPUs busy that this pool's
+    /// threads do not each have one: then a spinning caller may be holding
+    /// the very CPU a worker needs, as when oversubscribed.
+    #[inline]
+    pub(crate) fn crowded(&self) -> bool {
+        let foreign = load::foreign_cpus();
+        // Below half a CPU is measurement noise (jiffies are 10 ms).
+        foreign > 0.5 && foreign + (self.slots.len() + 1) as f64 > self.settings.usable_cpus as f64
     }
 
     /// Whether the last barrier wait looked like foreign load.

@@ -27,6 +27,7 @@ mod dispatch;
 mod env;
 mod idle;
 mod job;
+mod load;
 mod placement;
 mod policy;
 mod pool;
@@ -41,6 +42,7 @@ pub use dispatch::dispatch_count;
 pub use env::{
     parse_spin_policy, spin_policy_from_env, InvalidSpinBudget, DEFAULT_SPIN_BUDGET, SPIN_ENV,
 };
+pub use load::foreign_cpus;
 pub use policy::{
     spin_iteration_ns, spinning_workers, spinning_workers_high_water, SpinPolicy, DEFAULT_LINGER,
     MIN_ADAPTIVE_SPIN,
