@@ -156,6 +156,7 @@ impl PoolBuilder {
                 ));
             }
         }
+        crate::fork::register_handler();
         let policy = self.spin.unwrap_or_else(spin_policy_from_env);
         let cpus = self.assume_cpus.unwrap_or_else(usable_cpus).max(1);
         let oversubscribed = self.workers + 1 > cpus;

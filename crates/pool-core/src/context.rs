@@ -103,22 +103,35 @@ pub(crate) struct Entered<'a> {
 }
 
 impl<'a> Entered<'a> {
+    /// Enters the contexts one by one into `slot`, so that if the k-th
+    /// `enter` panics, the ones already entered are restored when the
+    /// partly built guard in `slot` is dropped by the unwind.
     pub(crate) fn enter(
         contexts: &'a [std::sync::Arc<dyn JobContext>],
         captured: &[Captured],
     ) -> Self {
-        let previous = contexts
-            .iter()
-            .zip(captured)
-            .map(|(context, value)| context.enter(value))
-            .collect();
-        Entered { contexts, previous }
+        let mut entered = Entered {
+            contexts,
+            previous: Vec::with_capacity(contexts.len()),
+        };
+        for (context, value) in contexts.iter().zip(captured) {
+            let previous = context.enter(value);
+            entered.previous.push(previous);
+        }
+        entered
     }
 }
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        for (context, previous) in self.contexts.iter().zip(self.previous.drain(..)).rev() {
+        // `previous` may be shorter than `contexts` (an `enter` panicked):
+        // restore exactly the ones entered, innermost first.
+        let entered = self.previous.len();
+        for (context, previous) in self.contexts[..entered]
+            .iter()
+            .zip(self.previous.drain(..))
+            .rev()
+        {
             context.restore(previous);
         }
     }

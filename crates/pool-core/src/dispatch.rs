@@ -56,11 +56,13 @@
 
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::TryLockError;
 
 use crossbeam_utils::CachePadded;
 
 use crate::clock;
 use crate::context::{Captured, JobContext};
+use crate::fork;
 use crate::job::{Job, JobFn};
 use crate::load;
 use crate::policy::{linger_spins, ticks_per_spin, SpinPolicy, MIN_ADAPTIVE_SPIN};
@@ -168,10 +170,17 @@ pub(crate) struct Shared {
     /// before the tickets, read by ticket holders (invariant 1, like an
     /// inbox).
     pub(crate) captured: CapturedContexts,
-    /// Two-node placement: whether worker `i` sits on the far node (a hint
-    /// for kernels, `std` atomics), and the mask to restore on unbind.
+    /// Two-node placement (`sides.rs`): whether worker `i` sits on the far
+    /// node, and how many do. Written only by a turn holder inside a job, so
+    /// every participant of any job reads the same values.
     pub(crate) far: Box<[process::AtomicBool]>,
-    pub(crate) unbound_mask: Mutex<Option<Vec<usize>>>,
+    pub(crate) far_workers: process::AtomicUsize,
+    /// Each thread's affinity mask from before the first bind, restored by
+    /// unbind.
+    pub(crate) saved_masks: Mutex<Option<crate::sides::SavedMasks>>,
+    /// The fork generation this pool was built in (`fork.rs`): in a forked
+    /// child, jobs run inline.
+    pub(crate) fork_generation: usize,
     /// The first panic payload caught from a worker during the current job.
     pub(crate) worker_panic: Mutex<Option<Box<dyn Any + Send + 'static>>>,
 }
@@ -233,33 +242,54 @@ impl Settings {
 }
 
 thread_local! {
-    /// The pool whose job this thread is running now (0: none). A `run` on
-    /// that same pool from inside the job runs inline instead of waiting for
-    /// a turn it already holds.
+    /// The pools whose jobs this thread is inside now, innermost last. A
+    /// `run` on any of them from inside runs inline instead of waiting for
+    /// a turn this thread (or the job it is part of) already holds.
     // loom's `thread_local!` takes no `const {}` initialiser.
     #[allow(clippy::missing_const_for_thread_local)]
-    static ACTIVE_POOL: std::cell::Cell<usize> = std::cell::Cell::new(0);
+    static ACTIVE_POOLS: std::cell::RefCell<Vec<usize>> = std::cell::RefCell::new(Vec::new());
 }
 
-/// Marks this thread as running a job of `pool` for `f`'s duration,
-/// restoring the previous mark even if `f` unwinds.
+/// Marks this thread as inside a job of `pool` for `f`'s duration,
+/// unmarking it even if `f` unwinds.
 #[inline]
 pub(crate) fn with_active_pool<R>(pool: usize, f: impl FnOnce() -> R) -> R {
     struct Restore(usize);
     impl Drop for Restore {
         fn drop(&mut self) {
-            let previous = self.0;
-            ACTIVE_POOL.with(|active| active.set(previous));
+            let depth = self.0;
+            ACTIVE_POOLS.with(|active| active.borrow_mut().truncate(depth));
         }
     }
-    let _restore = Restore(ACTIVE_POOL.with(|active| active.replace(pool)));
+    let _restore = Restore(ACTIVE_POOLS.with(|active| {
+        let mut active = active.borrow_mut();
+        active.push(pool);
+        active.len() - 1
+    }));
     f()
 }
 
-/// Whether this thread is inside a job of `pool`.
+/// Whether this thread is inside a job of `pool`, at any depth.
 #[inline]
 fn inside_pool(pool: usize) -> bool {
-    ACTIVE_POOL.with(|active| active.get() == pool)
+    ACTIVE_POOLS.with(|active| active.borrow().contains(&pool))
+}
+
+/// Whether this thread is inside a job of any pool.
+#[inline]
+fn inside_any_pool() -> bool {
+    ACTIVE_POOLS.with(|active| !active.borrow().is_empty())
+}
+
+/// Drops a panic payload whose own `Drop` may panic: that second panic is
+/// caught and its payload leaked (logged), so no participant can unwind
+/// past its `remaining` decrement or the barrier.
+#[cold]
+pub(crate) fn drop_payload(payload: Box<dyn Any + Send + 'static>) {
+    if let Err(second) = panic::catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        tracing::error!("pool-core: a panic payload panicked while being dropped; leaking it");
+        std::mem::forget(second);
+    }
 }
 
 impl Shared {
@@ -303,7 +333,9 @@ impl Shared {
             far: (0..workers)
                 .map(|_| process::AtomicBool::new(false))
                 .collect(),
-            unbound_mask: Mutex::new(None),
+            far_workers: process::AtomicUsize::new(0),
+            saved_masks: Mutex::new(None),
+            fork_generation: fork::generation(),
             worker_panic: Mutex::new(None),
         };
         shared.settings.set_policy(policy);
@@ -319,28 +351,68 @@ impl Shared {
     /// Runs `f(idx, n)` for the caller and the first `invited` workers
     /// (`n = invited + 1`), returning once every participant finished, and
     /// re-raising a participant's panic. `threads[i]` is worker `i`'s handle.
+    ///
+    /// Runs the whole job inline as `f(0, 1)` instead when no worker is
+    /// invited, when this thread is already inside a job of this pool (its
+    /// turn is held by this very job), when this thread is inside a job of
+    /// another pool and this pool's turn is taken (waiting could close a
+    /// cycle: see "Nesting" in docs/design.md), or in a forked child (the
+    /// workers do not exist there).
     pub(crate) fn run(&self, threads: &[Thread], invited: usize, f: &JobFn<'_>) {
         let invited = invited.min(self.slots.len());
         let id = self.id();
-        if invited == 0 || inside_pool(id) {
-            // Caller-only job, or a job calling into its own pool: the turn
-            // is already held (or not needed); run the whole job here.
-            with_active_pool(id, || f(0, 1));
-            return;
+        if invited == 0 || inside_pool(id) || fork::generation() != self.fork_generation {
+            return self.run_inline(f);
         }
-        let turn = lock(&self.turn);
+        let turn = if inside_any_pool() {
+            // Nested through another pool: never block on a turn.
+            match self.turn.try_lock() {
+                Ok(guard) => guard,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => return self.run_inline(f),
+            }
+        } else {
+            lock(&self.turn)
+        };
         let caller_result = self.publish_and_join(threads, invited, f);
         let worker_panic = self.take_worker_panic();
+        // The captured contexts end with the job (a request's span must not
+        // stay open until the next dispatch).
+        let captured = if self.contexts.is_empty() {
+            Vec::new()
+        } else {
+            // SAFETY: invariant 1: `remaining` reached 0, so no ticket holder
+            // of this job reads the cell, and we still hold `turn`.
+            self.captured
+                .0
+                .with_mut(|slot| std::mem::take(unsafe { &mut *slot }))
+        };
         drop(turn);
+        // Outside the turn: a value's `Drop` may itself use this pool.
+        if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(move || drop(captured))) {
+            tracing::error!("pool-core: dropping a captured job context panicked");
+            drop_payload(payload);
+        }
         match caller_result {
             // The caller's own panic wins; a worker's is dropped with it.
-            Err(payload) => panic::resume_unwind(payload),
+            Err(payload) => {
+                if let Some(surplus) = worker_panic {
+                    drop_payload(surplus);
+                }
+                panic::resume_unwind(payload)
+            }
             Ok(()) => {
                 if let Some(payload) = worker_panic {
                     panic::resume_unwind(payload);
                 }
             }
         }
+    }
+
+    /// The whole job on the calling thread, as the only participant.
+    #[cold]
+    fn run_inline(&self, f: &JobFn<'_>) {
+        with_active_pool(self.id(), || f(0, 1));
     }
 
     /// Steps 1-5 of the protocol. Must hold `turn`.
@@ -367,8 +439,12 @@ impl Shared {
         } else {
             counters.full.add(1);
         }
+        let id = self.id();
         if !self.contexts.is_empty() {
-            let captured: Vec<Captured> = self.contexts.iter().map(|c| c.capture()).collect();
+            // Inside the job: a `capture` that dispatches on this pool runs
+            // that job inline instead of waiting for the turn we hold.
+            let captured: Vec<Captured> =
+                with_active_pool(id, || self.contexts.iter().map(|c| c.capture()).collect());
             // SAFETY: as for the inboxes below (invariant 1): no ticket holder
             // of an unfinished job exists while we hold `turn`.
             self.captured.0.with_mut(|slot| unsafe { *slot = captured });
@@ -403,7 +479,6 @@ impl Shared {
         // After the fence drained the store buffer, this RMW is cheap.
         DISPATCHES.fetch_add(1, process::Ordering::Relaxed);
         // 4. The caller's share, as the last participant.
-        let id = self.id();
         let share_start = clock::ticks();
         load::maybe_sample(share_start, self.ns_per_tick);
         let caller_result = panic::catch_unwind(AssertUnwindSafe(|| {
@@ -504,6 +579,9 @@ impl Shared {
         let mut slot = lock(&self.worker_panic);
         if slot.is_none() {
             *slot = Some(payload);
+        } else {
+            drop(slot);
+            drop_payload(payload);
         }
         // Relaxed: published by the worker's Release decrement that follows.
         self.worker_panicked.store(true, Ordering::Relaxed);

@@ -25,6 +25,7 @@ mod clock;
 mod context;
 mod dispatch;
 mod env;
+mod fork;
 mod idle;
 mod job;
 mod load;

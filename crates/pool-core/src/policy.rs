@@ -195,6 +195,11 @@ pub(crate) fn try_acquire_spinner() -> bool {
     }
 }
 
+/// In a forked child: the parent's spinners do not exist there.
+pub(crate) fn reset_spinners_after_fork() {
+    SPINNERS.store(0, ProcessOrdering::Relaxed);
+}
+
 /// Gives a spinner slot back.
 pub(crate) fn release_spinner() {
     SPINNERS.fetch_sub(1, ProcessOrdering::Relaxed);

@@ -162,6 +162,13 @@ impl Drop for Pool {
     /// Wakes every worker, parked or spinning, and joins them. No job can be
     /// in flight: `run` borrows the pool.
     fn drop(&mut self) {
+        if crate::fork::generation() != self.shared.fork_generation {
+            // A forked child: the workers were never copied into it. There
+            // is nobody to wake or join; leak the handles (joining a thread
+            // that does not exist would hang or worse).
+            std::mem::forget(std::mem::take(&mut self.handles));
+            return;
+        }
         // Release: pairs with the workers' Acquire loads of `shutdown`.
         self.shared.settings.shutdown.store(true, Ordering::Release);
         // Pairs with a parking worker's fence: it either sees `shutdown`, or

@@ -1,10 +1,25 @@
 //! Two-sided jobs on a pool split over two NUMA nodes (`pool_topo`'s
 //! `TwoNodePlan`): the caller and even workers on the home node, odd workers
 //! on the far node, each side pulling its own items with its own threads.
+//!
+//! # Invariants
+//!
+//! - The far flags and their count change only inside a job, written by the
+//!   turn holder (the bind/unbind job's caller participant). A job holds
+//!   the turn from publish to barrier, so every participant of every other
+//!   job reads one consistent set, published by the ticket/`remaining`
+//!   pairs like any job data.
+//! - `run_sides` decides inside the job, from the participants it really
+//!   got (`n`): a far item is pulled by a far participant of this job, or,
+//!   when this job has none (an unbound pool, a nested or inline run, a
+//!   limited one), by the near participants after their own items. So
+//!   every item of both sides runs exactly once, always.
+//! - Each thread's mask from before the first bind is saved by that thread
+//!   itself, and restored onto that same thread by unbind.
 
 use std::io;
 
-use pool_topo::{pin_current_thread, process_affinity_cpus, TwoNodePlan};
+use pool_topo::{pin_current_thread, thread_affinity_cpus, TwoNodePlan};
 
 use crate::pool::Pool;
 use crate::sync::{lock, process};
@@ -21,12 +36,26 @@ pub enum Side {
 /// Participants pull about this many grains each from their side's cursor.
 const GRAINS_PER_THREAD: usize = 8;
 
+/// The affinity masks from before the first bind.
+pub(crate) struct SavedMasks {
+    /// Worker `i`'s own mask.
+    workers: Vec<Vec<usize>>,
+    /// The mask of the thread that called the first bind.
+    caller: Vec<usize>,
+}
+
 impl Pool {
     /// Moves the odd workers to `plan.far` and keeps the even ones and the
     /// calling thread on `plan.home` (pinning each to its node's CPUs), so
     /// [`Pool::run_sides`] can give each side the data on its own node.
-    /// The affinity masks before the call are restored by
-    /// [`Pool::unbind_two_nodes`].
+    /// Each thread's affinity mask from before the *first* bind is saved
+    /// (binding again keeps it) and restored by [`Pool::unbind_two_nodes`].
+    ///
+    /// Fails, changing nothing, when called from inside a job of this pool
+    /// (its workers are busy running that job) or when the plan does not
+    /// fit the pool. When a pin is refused it fails with every thread's OS
+    /// error, the sides are left unsplit, and unbind still restores the
+    /// threads that moved.
     pub fn bind_two_nodes(&self, plan: &TwoNodePlan) -> io::Result<()> {
         if plan.worker_cpus.len() != self.n_workers() {
             return Err(io::Error::new(
@@ -38,25 +67,49 @@ impl Pool {
                 ),
             ));
         }
-        *lock(&self.shared.unbound_mask) = Some(process_affinity_cpus());
-        self.pin_each(|worker| plan.worker_cpus[worker].clone(), &plan.home.cpus)?;
-        for (worker, far) in self.shared.far.iter().enumerate() {
-            far.store(TwoNodePlan::is_far(worker), process::Ordering::Relaxed);
-        }
+        let (workers, caller) = self.on_every_thread("bind_two_nodes", |worker| {
+            let saved = thread_affinity_cpus();
+            let cpus = worker.map_or(&plan.home.cpus, |w| &plan.worker_cpus[w]);
+            (saved, pin_current_thread(cpus))
+        })?;
+        let errors = joined_errors(workers.iter().map(|(_, r)| r), &caller.1);
+        lock(&self.shared.saved_masks).get_or_insert_with(|| SavedMasks {
+            workers: workers.into_iter().map(|(mask, _)| mask).collect(),
+            caller: caller.0,
+        });
+        errors?;
+        let far_workers = (0..self.n_workers())
+            .filter(|&w| TwoNodePlan::is_far(w))
+            .count();
+        self.on_every_thread("bind_two_nodes", |worker| {
+            if worker.is_none() {
+                self.set_far(TwoNodePlan::is_far, far_workers);
+            }
+        })?;
         Ok(())
     }
 
-    /// Undoes [`Pool::bind_two_nodes`]: every worker and the calling thread
-    /// get back the affinity mask from before the bind. Nothing to do if the
-    /// pool is not bound.
+    /// Undoes [`Pool::bind_two_nodes`]: every worker gets back its own mask
+    /// from before the first bind, and the calling thread the mask of the
+    /// thread that bound. Nothing to do if the pool is not bound. Fails,
+    /// changing nothing, when called from inside a job of this pool; when a
+    /// pin is refused, fails with the OS errors and may be called again.
     pub fn unbind_two_nodes(&self) -> io::Result<()> {
-        let Some(mask) = lock(&self.shared.unbound_mask).take() else {
+        let mut saved = lock(&self.shared.saved_masks);
+        let Some(masks) = saved.as_ref() else {
             return Ok(());
         };
-        for far in self.shared.far.iter() {
-            far.store(false, process::Ordering::Relaxed);
-        }
-        self.pin_each(|_| mask.clone(), &mask)
+        let (workers, caller) =
+            self.on_every_thread("unbind_two_nodes", |worker| match worker {
+                Some(worker) => pin_current_thread(&masks.workers[worker]),
+                None => {
+                    self.set_far(|_| false, 0);
+                    pin_current_thread(&masks.caller)
+                }
+            })?;
+        joined_errors(workers.iter(), &caller)?;
+        *saved = None;
+        Ok(())
     }
 
     /// Whether participant `idx` of a full job sits on the far node (only
@@ -71,24 +124,17 @@ impl Pool {
 
     /// Runs a two-sided job: `f(side, start, end)` over disjoint ranges
     /// covering `0..near_items` on the near side and `0..far_items` on the
-    /// far side, each side's items pulled by that side's participants only
-    /// (locality). An unbound pool has no far threads: its participants
-    /// take the far items too, after their own.
+    /// far side, each exactly once. Each side's items are pulled by that
+    /// side's participants (locality); when the job has no far participant
+    /// (an unbound pool, or a call that ran inline, e.g. from inside one of
+    /// this pool's jobs) the near participants take the far items too,
+    /// after their own.
     pub fn run_sides(
         &self,
         near_items: usize,
         far_items: usize,
         f: &(dyn Fn(Side, usize, usize) + Sync),
     ) {
-        let n = self.n_workers() + 1;
-        let far_threads = (0..n).filter(|&idx| self.far_worker(idx)).count();
-        let near_threads = n - far_threads;
-        let grain =
-            |items: usize, threads: usize| (items / (threads.max(1) * GRAINS_PER_THREAD)).max(1);
-        let (near_grain, far_grain) = (
-            grain(near_items, near_threads),
-            grain(far_items, far_threads),
-        );
         let near_cursor = process::AtomicUsize::new(0);
         let far_cursor = process::AtomicUsize::new(0);
         // Relaxed: each RMW hands a range to exactly one participant; the
@@ -100,39 +146,107 @@ impl Pool {
             }
             f(side, start, (start + grain).min(items));
         };
-        self.run(&|idx, _| {
-            if self.far_worker(idx) {
-                pull(Side::Far, &far_cursor, far_items, far_grain);
+        let grain =
+            |items: usize, threads: usize| (items / (threads.max(1) * GRAINS_PER_THREAD)).max(1);
+        self.run(&|idx, n| {
+            // Decided inside the job, from this job's participants: the
+            // flags cannot change while it runs (module invariants).
+            let far_threads = if n == self.n_workers() + 1 {
+                self.shared.far_workers.load(process::Ordering::Relaxed)
             } else {
-                pull(Side::Near, &near_cursor, near_items, near_grain);
+                (0..n - 1).filter(|&w| self.far_worker(w)).count()
+            };
+            let near_threads = n - far_threads;
+            if idx < n - 1 && self.far_worker(idx) {
+                pull(
+                    Side::Far,
+                    &far_cursor,
+                    far_items,
+                    grain(far_items, far_threads),
+                );
+            } else {
+                pull(
+                    Side::Near,
+                    &near_cursor,
+                    near_items,
+                    grain(near_items, near_threads),
+                );
                 if far_threads == 0 {
-                    pull(Side::Far, &far_cursor, far_items, far_grain);
+                    pull(
+                        Side::Far,
+                        &far_cursor,
+                        far_items,
+                        grain(far_items, near_threads),
+                    );
                 }
             }
         });
     }
 
-    /// Pins worker `i` to `worker_cpus(i)` (from inside a job, on the worker
-    /// itself) and the calling thread to `caller_cpus`.
-    fn pin_each(
+    /// Sets the far flags (`far(worker)`) and their count. Only from the
+    /// turn holder's share of a job (module invariants).
+    fn set_far(&self, far: impl Fn(usize) -> bool, count: usize) {
+        for (worker, flag) in self.shared.far.iter().enumerate() {
+            flag.store(far(worker), process::Ordering::Relaxed);
+        }
+        self.shared
+            .far_workers
+            .store(count, process::Ordering::Relaxed);
+    }
+
+    /// Runs `action(Some(worker))` on every worker and `action(None)` on the
+    /// calling thread, in one job holding the turn; returns the workers'
+    /// values in order and the caller's. Fails without running anything
+    /// when the job would not reach every worker (called from inside a job
+    /// of this pool, or nested while another thread holds its turn).
+    fn on_every_thread<T: Send>(
         &self,
-        worker_cpus: impl Fn(usize) -> Vec<usize> + Sync,
-        caller_cpus: &[usize],
-    ) -> io::Result<()> {
-        let errors = crate::sync::Mutex::new(Vec::new());
+        what: &str,
+        action: impl Fn(Option<usize>) -> T + Sync,
+    ) -> io::Result<(Vec<T>, T)> {
+        let workers = self.n_workers();
+        let results: Vec<crate::sync::Mutex<Option<T>>> = (0..=workers)
+            .map(|_| crate::sync::Mutex::new(None))
+            .collect();
         self.run(&|idx, n| {
-            if idx < n - 1 {
-                if let Err(err) = pin_current_thread(&worker_cpus(idx)) {
-                    lock(&errors).push(format!("worker {idx}: {err}"));
-                }
+            if n == workers + 1 {
+                *lock(&results[idx]) = Some(action((idx < n - 1).then_some(idx)));
             }
         });
-        pin_current_thread(caller_cpus)?;
-        let errors = lock(&errors).clone();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(io::Error::other(errors.join("; ")))
+        let mut values: Vec<T> = results
+            .iter()
+            .filter_map(|result| lock(result).take())
+            .collect();
+        if values.len() != workers + 1 {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "{what}: the job did not reach every worker (called from inside a job of \
+                     this pool, or nested while another thread holds its turn); call it from \
+                     outside the pool's jobs"
+                ),
+            ));
         }
+        let caller = values.pop().expect("workers + 1 values");
+        Ok((values, caller))
+    }
+}
+
+/// Every thread's error, named, joined into one; `Ok` if there is none.
+fn joined_errors<'a>(
+    workers: impl Iterator<Item = &'a io::Result<()>>,
+    caller: &io::Result<()>,
+) -> io::Result<()> {
+    let mut errors: Vec<String> = workers
+        .enumerate()
+        .filter_map(|(w, r)| r.as_ref().err().map(|e| format!("worker {w}: {e}")))
+        .collect();
+    if let Err(err) = caller {
+        errors.push(format!("the calling thread: {err}"));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(io::Error::other(errors.join("; ")))
     }
 }

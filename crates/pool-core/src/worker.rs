@@ -34,20 +34,25 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
                 // ticket load ordered the caller's write before this read.
                 let job = slot.inbox.job.with(|job| unsafe { *job });
                 let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-                    // Restores the worker's own context values on drop,
-                    // also when the job unwinds.
-                    let _entered = (!shared.contexts.is_empty()).then(|| {
-                        shared.captured.0.with(|captured| {
-                            // SAFETY: invariant 1, as for the inbox above:
-                            // the caller wrote it before our ticket and
-                            // rewrites it only after our decrement.
-                            let captured = unsafe { &*captured };
-                            Entered::enter(&shared.contexts, captured)
-                        })
-                    });
-                    // SAFETY: the publishing `run` waits for our decrement
-                    // below before its closure's borrow ends.
-                    with_active_pool(pool_id, || unsafe { job.call(index) })
+                    // Inside the job from here: a context's `enter` that
+                    // dispatches on this pool runs that job inline.
+                    with_active_pool(pool_id, || {
+                        // Restores the worker's own context values on drop,
+                        // also when the job (or a later `enter`) unwinds.
+                        let _entered = (!shared.contexts.is_empty()).then(|| {
+                            shared.captured.0.with(|captured| {
+                                // SAFETY: invariant 1, as for the inbox
+                                // above: the caller wrote it before our
+                                // ticket and rewrites it only after our
+                                // decrement.
+                                let captured = unsafe { &*captured };
+                                Entered::enter(&shared.contexts, captured)
+                            })
+                        });
+                        // SAFETY: the publishing `run` waits for our
+                        // decrement below before its closure's borrow ends.
+                        unsafe { job.call(index) }
+                    })
                 }));
                 if let Err(payload) = outcome {
                     slot.counters.panics.add(1);

@@ -122,15 +122,17 @@ fn a_sparse_stream_teaches_workers_to_park_almost_at_once() {
 fn a_barrier_wait_far_longer_than_the_callers_share_marks_foreign_load() {
     watched("contended", |_| {
         let pool = adaptive(1, Duration::from_millis(2));
-        pool.run(&|idx, _| {
-            if idx == 0 {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+        // A loaded machine may deschedule the caller inside its empty share
+        // for a while too: allow a few tries.
+        let marked = (0..5).any(|_| {
+            pool.run(&|idx, _| {
+                if idx == 0 {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            });
+            pool.is_contended()
         });
-        assert!(
-            pool.is_contended(),
-            "a 5 ms straggler behind an empty share"
-        );
+        assert!(marked, "a 5 ms straggler behind an empty share");
         // Balanced 2 ms shares clear the mark (a loaded CI machine may
         // deschedule a participant for a while: allow a few tries).
         let cleared = (0..20).any(|_| {

@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 
 use pool_core::{Pool, Side};
-use pool_topo::{process_affinity_cpus, NumaNode, TwoNodePlan};
+use pool_topo::{process_affinity_cpus, thread_affinity_cpus, NumaNode, TwoNodePlan};
 use testkit::watched;
 
 fn covered_once(ranges: &[(usize, usize)], items: usize) -> bool {
@@ -68,9 +68,9 @@ fn a_bound_pool_keeps_each_side_on_its_own_threads_and_unbinds() {
             .thread_name_prefix("side")
             .build()
             .unwrap();
-        let before = process_affinity_cpus();
+        let before = thread_affinity_cpus();
         pool.bind_two_nodes(&plan).unwrap();
-        assert_eq!(process_affinity_cpus(), vec![home], "the caller stays home");
+        assert_eq!(thread_affinity_cpus(), vec![home], "the caller stays home");
         assert_eq!(
             (0..4).map(|i| pool.far_worker(i)).collect::<Vec<_>>(),
             [false, true, false, false]
@@ -84,7 +84,7 @@ fn a_bound_pool_keeps_each_side_on_its_own_threads_and_unbinds() {
         );
         assert!(near.1.iter().all(|t| t != "side-1"), "{:?}", near.1);
         pool.unbind_two_nodes().unwrap();
-        assert_eq!(process_affinity_cpus(), before, "the caller's mask is back");
+        assert_eq!(thread_affinity_cpus(), before, "the caller's mask is back");
         assert!(!(0..4).any(|idx| pool.far_worker(idx)));
         pool.unbind_two_nodes().unwrap();
     });
@@ -107,4 +107,128 @@ fn a_plan_for_another_pool_size_is_refused() {
         err.to_string().contains("plan for 1 workers, pool has 2"),
         "{err}"
     );
+}
+
+/// A plan over this host's CPUs that puts worker 1 (of 3) on the "far"
+/// node: the pins are real even on a one-node host.
+fn fake_plan() -> TwoNodePlan {
+    let cpus = process_affinity_cpus();
+    let (home, far) = (cpus[0], *cpus.last().unwrap());
+    TwoNodePlan {
+        home: NumaNode {
+            id: 0,
+            cpus: vec![home],
+        },
+        far: NumaNode {
+            id: 1,
+            cpus: vec![far],
+        },
+        worker_cpus: vec![vec![home], vec![far], vec![home]],
+    }
+}
+
+/// Each worker's own mask, read on the worker.
+fn worker_masks(pool: &Pool) -> Vec<Vec<usize>> {
+    let masks = Mutex::new(vec![Vec::new(); pool.n_workers()]);
+    pool.run(&|idx, n| {
+        if idx < n - 1 {
+            masks.lock().unwrap()[idx] = thread_affinity_cpus();
+        }
+    });
+    masks.into_inner().unwrap()
+}
+
+#[test]
+fn run_sides_from_inside_a_job_of_the_same_pool_runs_every_item_of_both_sides() {
+    watched("sides_nested", |_| {
+        let pool = Pool::with_spin(3, 1000);
+        pool.bind_two_nodes(&fake_plan()).unwrap();
+        let logs = Mutex::new(Vec::new());
+        pool.run(&|idx, n| {
+            if idx == n - 1 {
+                logs.lock().unwrap().push(sides(&pool, 100, 50));
+            }
+        });
+        let [near, far] = logs.into_inner().unwrap().pop().unwrap();
+        assert!(covered_once(&near.0, 100), "near items: {:?}", near.0);
+        assert!(covered_once(&far.0, 50), "far items: {:?}", far.0);
+        pool.unbind_two_nodes().unwrap();
+    });
+}
+
+#[test]
+fn binding_and_unbinding_from_another_thread_never_loses_an_item() {
+    watched("sides_race", |stage| {
+        let pool = Pool::with_spin(3, 1000);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let jobs = if cfg!(miri) { 5 } else { 2000 };
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let plan = fake_plan();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    pool.bind_two_nodes(&plan).unwrap();
+                    pool.unbind_two_nodes().unwrap();
+                }
+            });
+            for job in 0..jobs {
+                stage.set(format!("job {job}"));
+                let [near, far] = sides(&pool, 64, 40);
+                assert!(
+                    covered_once(&near.0, 64) && covered_once(&far.0, 40),
+                    "job {job} lost or doubled items: near {:?} far {:?}",
+                    near.0,
+                    far.0
+                );
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    });
+}
+
+#[test]
+fn binding_from_inside_a_job_of_the_pool_is_an_error_and_pins_nobody() {
+    watched("sides_bind_inside", |_| {
+        let pool = Pool::with_spin(3, 1000);
+        let before = worker_masks(&pool);
+        let caller_before = thread_affinity_cpus();
+        let result = Mutex::new(None);
+        pool.run(&|idx, n| {
+            if idx == n - 1 {
+                *result.lock().unwrap() = Some(pool.bind_two_nodes(&fake_plan()));
+            }
+        });
+        let err = result.into_inner().unwrap().unwrap().unwrap_err();
+        assert!(err.to_string().contains("inside a job"), "{err}");
+        assert_eq!(worker_masks(&pool), before);
+        assert_eq!(thread_affinity_cpus(), caller_before);
+        assert!(!(0..4).any(|idx| pool.far_worker(idx)));
+    });
+}
+
+#[test]
+fn unbind_restores_each_threads_own_mask_from_before_the_first_bind() {
+    watched("sides_masks", |_| {
+        let cpus = process_affinity_cpus();
+        if cpus.len() < 2 {
+            eprintln!("needs two CPUs: skipping");
+            return;
+        }
+        let (a, b) = (cpus[0], cpus[1]);
+        let pool = Pool::builder()
+            .workers(3)
+            .spin(1000)
+            .pin_workers(vec![b, a, b])
+            .build()
+            .unwrap();
+        let own = vec![vec![b], vec![a], vec![b]];
+        assert_eq!(worker_masks(&pool), own);
+        let caller = thread_affinity_cpus();
+        let plan = fake_plan();
+        pool.bind_two_nodes(&plan).unwrap();
+        pool.bind_two_nodes(&plan).unwrap();
+        assert_eq!(worker_masks(&pool), plan.worker_cpus);
+        pool.unbind_two_nodes().unwrap();
+        assert_eq!(worker_masks(&pool), own, "each worker its own mask");
+        assert_eq!(thread_affinity_cpus(), caller, "and the caller its own");
+    });
 }

@@ -1,14 +1,45 @@
-//! The process's CPU affinity mask, and pinning threads to CPUs.
+//! The process's CPU set, a thread's own affinity mask, and pinning.
+//!
+//! `sched_getaffinity(0)` answers for the calling thread only. Engines pin
+//! their decode thread, and pools pin their workers, so a decision about
+//! the *process* (how many CPUs, is a pool oversubscribed, how many threads
+//! may spin) must not be read off whichever thread happens to ask. The
+//! process's set is therefore ([`process_affinity_cpus`]):
+//!
+//! 1. the mask the process started with, captured by a load-time
+//!    constructor (`.init_array`) before `main` or any engine code could
+//!    pin a thread; `taskset -c 0-3 engine` is honoured this way;
+//! 2. united with the masks of every thread alive now (`/proc/self/task`),
+//!    so a process that widened its threads later, or whose start mask could
+//!    not be captured, is not under-counted.
+//!
+//! A thread's own mask is [`thread_affinity_cpus`].
 
 use std::io;
 
 use crate::cgroup::quota_cpus;
 
-/// The logical CPUs this process may run on (`sched_getaffinity`),
+/// The logical CPUs this process may run on, ascending: the mask it started
+/// with united with every live thread's mask (see the module docs), never
+/// shrunk by a pinned thread. Falls back to the calling thread's mask, then
+/// to `0..available_parallelism()` (logged), where those reads fail.
+pub fn process_affinity_cpus() -> Vec<usize> {
+    let mut cpus = thread_affinity_cpus();
+    #[cfg(all(any(target_os = "linux", target_os = "android"), not(miri)))]
+    {
+        cpus.extend(start_mask::cpus());
+        cpus.extend(linux::all_thread_cpus());
+        cpus.sort_unstable();
+        cpus.dedup();
+    }
+    cpus
+}
+
+/// The calling thread's own affinity mask (`sched_getaffinity(0)`),
 /// ascending. Falls back to `0..available_parallelism()` (logged) where the
 /// call is unavailable or fails.
-pub fn process_affinity_cpus() -> Vec<usize> {
-    match read_affinity() {
+pub fn thread_affinity_cpus() -> Vec<usize> {
+    match read_thread_affinity(0) {
         Ok(cpus) if !cpus.is_empty() => cpus,
         Ok(_) => fallback_cpus("sched_getaffinity returned an empty mask"),
         Err(err) => fallback_cpus(&format!("sched_getaffinity failed: {err}")),
@@ -17,7 +48,7 @@ pub fn process_affinity_cpus() -> Vec<usize> {
 
 fn fallback_cpus(reason: &str) -> Vec<usize> {
     let count = std::thread::available_parallelism().map_or(1, |n| n.get());
-    tracing::warn!(
+    tracing::debug!(
         reason,
         count,
         "pool-topo: using CPUs 0..available_parallelism() as the affinity mask"
@@ -25,33 +56,98 @@ fn fallback_cpus(reason: &str) -> Vec<usize> {
     (0..count).collect()
 }
 
-#[cfg(target_os = "linux")]
-fn read_affinity() -> io::Result<Vec<usize>> {
+/// Bits in the fixed-size `cpu_set_t` the calls below use (1024 on glibc).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const MASK_BITS: usize = 8 * std::mem::size_of::<libc::cpu_set_t>();
+
+/// The affinity mask of thread `tid` (0: the calling thread).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn read_thread_affinity(tid: libc::pid_t) -> io::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is plain old data; all-zero is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid, writable cpu_set_t of the size we pass.
     let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: CPU_ISSET reads the initialised set for ids below its size.
-    Ok((0..max)
+    Ok((0..MASK_BITS)
         .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
         .collect())
 }
 
-#[cfg(not(target_os = "linux"))]
-fn read_affinity() -> io::Result<Vec<usize>> {
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn read_thread_affinity(_tid: i32) -> io::Result<Vec<usize>> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "no affinity mask on this system",
     ))
 }
 
-/// CPUs this process can use at once: the affinity mask, bounded by the
-/// cgroup CPU quota. Never 0.
+#[cfg(all(any(target_os = "linux", target_os = "android"), not(miri)))]
+mod linux {
+    /// The union of every live thread's mask. Threads that exit between the
+    /// directory read and the call are skipped.
+    pub(super) fn all_thread_cpus() -> Vec<usize> {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return Vec::new();
+        };
+        let mut cpus = Vec::new();
+        for task in tasks.flatten() {
+            let Some(tid) = task.file_name().to_str().and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            if let Ok(mask) = super::read_thread_affinity(tid) {
+                cpus.extend(mask);
+            }
+        }
+        cpus
+    }
+}
+
+/// The affinity mask at load time, before `main` could pin anything.
+#[cfg(all(any(target_os = "linux", target_os = "android"), not(miri)))]
+mod start_mask {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    const WORDS: usize = super::MASK_BITS / 64;
+
+    /// The mask as bits; all zero when the constructor did not run.
+    static MASK: [AtomicU64; WORDS] = [const { AtomicU64::new(0) }; WORDS];
+
+    /// Runs once when the binary (or the shared object holding this crate)
+    /// is loaded: the ELF loader calls every `.init_array` entry before
+    /// `main`, or at `dlopen`. Only one thread exists then in an executable.
+    extern "C" fn capture() {
+        if let Ok(cpus) = super::read_thread_affinity(0) {
+            for cpu in cpus {
+                // Relaxed: the loader runs constructors before any thread
+                // that could read them exists (or, for dlopen, before
+                // `dlopen` returns, which synchronises with its caller).
+                MASK[cpu / 64].fetch_or(1 << (cpu % 64), Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[used]
+    #[link_section = ".init_array"]
+    static CONSTRUCTOR: extern "C" fn() = capture;
+
+    /// The captured CPUs (empty if the constructor did not run).
+    pub(super) fn cpus() -> Vec<usize> {
+        // Naming the constructor keeps it in the same object as this reader,
+        // so the linker cannot drop it while the reader is linked.
+        std::hint::black_box(&CONSTRUCTOR);
+        (0..super::MASK_BITS)
+            .filter(|&cpu| MASK[cpu / 64].load(Ordering::Relaxed) & (1 << (cpu % 64)) != 0)
+            .collect()
+    }
+}
+
+/// CPUs this process can use at once: [`process_affinity_cpus`], bounded by
+/// the cgroup CPU quota (v1 or v2, rounded up). Never 0, and never shrunk by
+/// a pinned calling thread.
 pub fn usable_cpus() -> usize {
     let allowed = process_affinity_cpus().len();
     quota_cpus()
@@ -62,25 +158,24 @@ pub fn usable_cpus() -> usize {
 /// Pins the calling thread to `cpus` (`sched_setaffinity`). An empty list
 /// or a CPU id past the mask's size is `InvalidInput`; the OS error is
 /// returned as is (e.g. `EINVAL` for CPUs outside the cgroup's cpuset).
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
-    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
     if cpus.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "pin_current_thread: empty CPU list",
         ));
     }
-    if let Some(&cpu) = cpus.iter().find(|&&cpu| cpu >= max) {
+    if let Some(&cpu) = cpus.iter().find(|&&cpu| cpu >= MASK_BITS) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("pin_current_thread: CPU {cpu} is past the affinity mask's {max} bits"),
+            format!("pin_current_thread: CPU {cpu} is past the affinity mask's {MASK_BITS} bits"),
         ));
     }
     // SAFETY: cpu_set_t is plain old data; all-zero is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &cpu in cpus {
-        // SAFETY: `cpu < max`, checked above.
+        // SAFETY: `cpu < MASK_BITS`, checked above.
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
     // SAFETY: `set` is a valid cpu_set_t of the size we pass; 0 = this thread.
@@ -92,11 +187,12 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
     }
 }
 
-/// Pinning is not supported off Linux; macOS only takes affinity hints.
-#[cfg(not(target_os = "linux"))]
+/// Pinning is not supported off Linux and Android; macOS only takes
+/// affinity hints.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
 pub fn pin_current_thread(_cpus: &[usize]) -> io::Result<()> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
-        "thread pinning is only implemented on Linux",
+        "thread pinning is only implemented on Linux and Android",
     ))
 }

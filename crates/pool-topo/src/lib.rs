@@ -30,8 +30,11 @@ mod topology;
 mod two_nodes;
 mod width;
 
-pub use affinity::{pin_current_thread, process_affinity_cpus, usable_cpus};
-pub use cgroup::{parse_cpu_max, quota_cpus, quota_cpus_in, CGROUP_ROOT};
+pub use affinity::{pin_current_thread, process_affinity_cpus, thread_affinity_cpus, usable_cpus};
+pub use cgroup::{
+    cpu_quota, cpu_quota_in, parse_cpu_max, quota_cpus, quota_cpus_in, CgroupVersion, CpuQuota,
+    CGROUP_ROOT,
+};
 pub use cpulist::{format_cpu_list, parse_cpu_list};
 pub use error::TopoError;
 pub use hetero::{ClassSource, CoreClass};

@@ -45,7 +45,7 @@ fn pinning_the_current_thread_to_an_allowed_cpu_works_and_bad_cpus_are_refused()
     let cpu = *process_affinity_cpus().last().unwrap();
     std::thread::spawn(move || {
         pool_topo::pin_current_thread(&[cpu]).unwrap();
-        assert_eq!(process_affinity_cpus(), vec![cpu]);
+        assert_eq!(pool_topo::thread_affinity_cpus(), vec![cpu]);
         assert!(pool_topo::pin_current_thread(&[]).is_err());
         assert!(pool_topo::pin_current_thread(&[1 << 20]).is_err());
     })
@@ -67,4 +67,24 @@ fn binding_on_a_single_node_host_does_nothing_and_says_why() {
         decision.to_string().contains("single-node host"),
         "{decision}"
     );
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_pinned_thread_does_not_shrink_the_processs_cpus() {
+    let before = process_affinity_cpus();
+    let usable = pool_topo::usable_cpus();
+    let cpu = before[0];
+    std::thread::spawn(move || {
+        pool_topo::pin_current_thread(&[cpu]).unwrap();
+        assert_eq!(pool_topo::thread_affinity_cpus(), vec![cpu]);
+        assert_eq!(
+            process_affinity_cpus(),
+            before,
+            "asked from a pinned thread"
+        );
+        assert_eq!(pool_topo::usable_cpus(), usable);
+    })
+    .join()
+    .unwrap();
 }
