@@ -5,18 +5,11 @@
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
+use loom_tests::model;
 use pool_core::Pool;
 
 /// Spin budgets are divided by 2^10 under loom: 2048 means 2 model spins.
 const SMALL_BUDGET: usize = 2048;
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(2);
-    }
-    builder.check(f);
-}
 
 fn count_entries(pool: &Pool, counts: &[AtomicUsize], limited: Option<usize>) {
     let f = |idx: usize, _n: usize| {

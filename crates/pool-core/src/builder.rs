@@ -35,6 +35,8 @@ pub struct PoolBuilder {
     assume_cpus: Option<usize>,
     stack_size: Option<usize>,
     contexts: Vec<process::Arc<dyn JobContext>>,
+    #[cfg(loom)]
+    seeded_bug: Option<crate::seeded::SeededBug>,
 }
 
 impl fmt::Debug for PoolBuilder {
@@ -70,6 +72,8 @@ impl PoolBuilder {
             assume_cpus: None,
             stack_size: None,
             contexts: Vec::new(),
+            #[cfg(loom)]
+            seeded_bug: None,
         }
     }
 
@@ -135,6 +139,15 @@ impl PoolBuilder {
         self.context(crate::context::TracingSpanContext)
     }
 
+    /// Reinstates a known bug in this pool, for the loom models that must
+    /// catch it (`--cfg loom` builds only).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn seeded_bug(mut self, bug: crate::seeded::SeededBug) -> Self {
+        self.seeded_bug = Some(bug);
+        self
+    }
+
     /// Stack size of each worker thread (default: the platform's).
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = Some(bytes);
@@ -160,7 +173,13 @@ impl PoolBuilder {
         let policy = self.spin.unwrap_or_else(spin_policy_from_env);
         let cpus = self.assume_cpus.unwrap_or_else(usable_cpus).max(1);
         let oversubscribed = self.workers + 1 > cpus;
-        let shared = Arc::new(Shared::new(self.workers, policy, cpus, self.contexts));
+        #[allow(unused_mut)]
+        let mut shared = Shared::new(self.workers, policy, cpus, self.contexts);
+        #[cfg(loom)]
+        {
+            shared.seeded_bug = self.seeded_bug;
+        }
+        let shared = Arc::new(shared);
         let startup = Arc::new(startup::Startup::new());
 
         let mut pool = Pool {

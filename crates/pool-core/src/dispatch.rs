@@ -66,6 +66,7 @@ use crate::fork;
 use crate::job::{Job, JobFn};
 use crate::load;
 use crate::policy::{linger_spins, ticks_per_spin, SpinPolicy, MIN_ADAPTIVE_SPIN};
+use crate::seeded::SeededBug;
 use crate::stats::{self, CallerCounters, PoolStats, WorkerCounters};
 use crate::sync::{fence, lock, process, spin_loop, thread, thread_local};
 use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, UnsafeCell};
@@ -181,6 +182,9 @@ pub(crate) struct Shared {
     /// The fork generation this pool was built in (`fork.rs`): in a forked
     /// child, jobs run inline.
     pub(crate) fork_generation: usize,
+    /// A bug reinstated for a loom model (`seeded.rs`).
+    #[cfg(loom)]
+    pub(crate) seeded_bug: Option<SeededBug>,
     /// The first panic payload caught from a worker during the current job.
     pub(crate) worker_panic: Mutex<Option<Box<dyn Any + Send + 'static>>>,
 }
@@ -336,10 +340,25 @@ impl Shared {
             far_workers: process::AtomicUsize::new(0),
             saved_masks: Mutex::new(None),
             fork_generation: fork::generation(),
+            #[cfg(loom)]
+            seeded_bug: None,
             worker_panic: Mutex::new(None),
         };
         shared.settings.set_policy(policy);
         shared
+    }
+
+    /// Whether this pool reinstates `bug` (loom models only; constant
+    /// `false` otherwise).
+    #[inline(always)]
+    pub(crate) fn has_bug(&self, bug: SeededBug) -> bool {
+        #[cfg(loom)]
+        return self.seeded_bug == Some(bug);
+        #[cfg(not(loom))]
+        {
+            let _ = bug;
+            false
+        }
     }
 
     /// An identity for the nested-call check: the shared state's address.
@@ -361,10 +380,15 @@ impl Shared {
     pub(crate) fn run(&self, threads: &[Thread], invited: usize, f: &JobFn<'_>) {
         let invited = invited.min(self.slots.len());
         let id = self.id();
-        if invited == 0 || inside_pool(id) || fork::generation() != self.fork_generation {
+        let nested_here = if self.has_bug(SeededBug::NestingSeesInnermostOnly) {
+            ACTIVE_POOLS.with(|active| active.borrow().last() == Some(&id))
+        } else {
+            inside_pool(id)
+        };
+        if invited == 0 || nested_here || fork::generation() != self.fork_generation {
             return self.run_inline(f);
         }
-        let turn = if inside_any_pool() {
+        let turn = if inside_any_pool() && !self.has_bug(SeededBug::NestingSeesInnermostOnly) {
             // Nested through another pool: never block on a turn.
             match self.turn.try_lock() {
                 Ok(guard) => guard,
@@ -465,7 +489,9 @@ impl Shared {
         }
         // 3. Pairs with the worker's fence between `parked = true` and its
         //    ticket re-check: one of us sees the other's store.
-        fence(Ordering::SeqCst);
+        if !self.has_bug(SeededBug::MissingWakeFence) {
+            fence(Ordering::SeqCst);
+        }
         let mut unparks = 0;
         for (slot, thread) in self.slots[..invited].iter().zip(threads) {
             if slot.parked.load(Ordering::Relaxed) {

@@ -32,6 +32,7 @@ mod load;
 mod placement;
 mod policy;
 mod pool;
+mod seeded;
 mod sides;
 mod stats;
 mod sync;
@@ -51,3 +52,17 @@ pub use policy::{
 pub use pool::Pool;
 pub use sides::Side;
 pub use stats::{PoolStats, WAIT_BUCKET_BOUNDS_NS};
+
+/// Hooks for the loom models in `loom-tests/`; exists only under
+/// `--cfg loom`.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod __loom {
+    pub use crate::seeded::SeededBug;
+
+    /// Sets the process-wide spinner limit a model runs under (default: no
+    /// limit). Only from a test binary whose models all want that limit.
+    pub fn set_spinner_limit(limit: usize) {
+        crate::policy::LOOM_SPINNER_LIMIT.store(limit, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -166,9 +166,14 @@ fn spinner_limit() -> usize {
     }
     #[cfg(loom)]
     {
-        usize::MAX
+        LOOM_SPINNER_LIMIT.load(ProcessOrdering::Relaxed)
     }
 }
+
+/// The spinner limit under loom: no limit unless a model sets one (models
+/// that do live in a test binary of their own, so no other model sees it).
+#[cfg(loom)]
+pub(crate) static LOOM_SPINNER_LIMIT: ProcessAtomicUsize = ProcessAtomicUsize::new(usize::MAX);
 
 /// Takes a spinner slot if one is free. A compare-exchange loop, so the
 /// count never exceeds the limit even transiently; it runs only when a
@@ -196,6 +201,7 @@ pub(crate) fn try_acquire_spinner() -> bool {
 }
 
 /// In a forked child: the parent's spinners do not exist there.
+#[cfg_attr(any(loom, miri, not(unix)), allow(dead_code))]
 pub(crate) fn reset_spinners_after_fork() {
     SPINNERS.store(0, ProcessOrdering::Relaxed);
 }

@@ -22,6 +22,7 @@ use std::io;
 use pool_topo::{pin_current_thread, thread_affinity_cpus, TwoNodePlan};
 
 use crate::pool::Pool;
+use crate::seeded::SeededBug;
 use crate::sync::{lock, process};
 
 /// Which side of a split pool a participant (and its items) is on.
@@ -148,16 +149,23 @@ impl Pool {
         };
         let grain =
             |items: usize, threads: usize| (items / (threads.max(1) * GRAINS_PER_THREAD)).max(1);
+        let seeded_far_count = self
+            .shared
+            .has_bug(SeededBug::FarCountOutsideJob)
+            .then(|| self.shared.far_workers.load(process::Ordering::Relaxed));
         self.run(&|idx, n| {
             // Decided inside the job, from this job's participants: the
             // flags cannot change while it runs (module invariants).
-            let far_threads = if n == self.n_workers() + 1 {
+            let far_threads = if let Some(count) = seeded_far_count {
+                count
+            } else if n == self.n_workers() + 1 {
                 self.shared.far_workers.load(process::Ordering::Relaxed)
             } else {
                 (0..n - 1).filter(|&w| self.far_worker(w)).count()
             };
             let near_threads = n - far_threads;
-            if idx < n - 1 && self.far_worker(idx) {
+            let is_far_worker = (idx < n - 1 || seeded_far_count.is_some()) && self.far_worker(idx);
+            if is_far_worker {
                 pull(
                     Side::Far,
                     &far_cursor,
@@ -181,6 +189,21 @@ impl Pool {
                 }
             }
         });
+    }
+
+    /// Marks the workers for which `far` holds as far, without pinning, the
+    /// way `bind_two_nodes` does (inside a job): for loom models, which
+    /// cannot pin.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn __mark_far(&self, far: impl Fn(usize) -> bool + Sync) -> io::Result<()> {
+        let count = (0..self.n_workers()).filter(|&w| far(w)).count();
+        self.on_every_thread("__mark_far", |worker| {
+            if worker.is_none() {
+                self.set_far(&far, count);
+            }
+        })?;
+        Ok(())
     }
 
     /// Sets the far flags (`far(worker)`) and their count. Only from the

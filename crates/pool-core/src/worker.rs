@@ -5,6 +5,7 @@ use std::panic::{self, AssertUnwindSafe};
 use crate::context::Entered;
 use crate::dispatch::{with_active_pool, Shared};
 use crate::idle::{wait_for_ticket, WaitState, Wake};
+use crate::seeded::SeededBug;
 use crate::sync::{Arc, Ordering};
 
 /// The worker loop, run until the pool shuts down.
@@ -14,12 +15,11 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
     // Invariant 4: the construction value, never a fresh read. A ticket
     // handed out before the OS started this thread would otherwise be taken
     // as already seen, and the caller would wait forever.
-    #[cfg(not(pool_broken_baseline))]
-    let mut seen = 0usize;
-    // A deliberately broken variant, built only by the loom-tests crate to
-    // prove its models catch this bug (`--cfg pool_broken_baseline`).
-    #[cfg(pool_broken_baseline)]
-    let mut seen = slot.inbox.ticket.load(Ordering::Acquire);
+    let mut seen = if shared.has_bug(SeededBug::LiveTicketBaseline) {
+        slot.inbox.ticket.load(Ordering::Acquire)
+    } else {
+        0usize
+    };
     let mut state = WaitState::new();
     loop {
         match wait_for_ticket(&shared, index, seen, &mut state) {

@@ -1,0 +1,28 @@
+//! Seeded bugs for the loom models: each reinstates one bug this project
+//! has had (or nearly had), so the models prove they catch it. They exist
+//! only in `--cfg loom` builds and are chosen per pool
+//! (`PoolBuilder::seeded_bug`), so one model build checks the correct
+//! protocol and every seeded variant side by side. In normal builds
+//! [`Shared::has_bug`](crate::dispatch::Shared::has_bug) is a constant
+//! `false` and the branches vanish.
+
+/// A bug to reinstate in one pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(loom), allow(dead_code, unreachable_pub))]
+pub enum SeededBug {
+    /// The worker reads its last-seen ticket live at start instead of
+    /// starting from 0 (invariant 4): a ticket issued before the thread
+    /// first runs is taken as already seen.
+    LiveTicketBaseline,
+    /// The caller's SeqCst fence between its ticket stores and its `parked`
+    /// loads is gone: a parking worker and the caller can each miss the
+    /// other's store (a lost wakeup).
+    MissingWakeFence,
+    /// The nesting check sees only the innermost pool, and a thread nested
+    /// in another pool's job blocks on a busy turn (the protocol before
+    /// issue 11): A -> B -> A deadlocks.
+    NestingSeesInnermostOnly,
+    /// `run_sides` counts far threads before the job and each participant
+    /// re-reads the flags: an inline run skips a side.
+    FarCountOutsideJob,
+}
