@@ -3,7 +3,13 @@
 //! - [`watchdog`]: every test that waits on threads runs its body under one,
 //!   so a hang becomes a failure naming the stage it stopped at;
 //! - [`capture_warnings`]: collects `tracing` output of a closure, for tests
-//!   that pin down what is logged.
+//!   that pin down what is logged;
+//! - [`CpuQuotaGroup`]: a temporary cgroup with a CPU quota, to put the pool
+//!   in a container's setting.
+
+mod cgroup;
+
+pub use cgroup::CpuQuotaGroup;
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use pool_topo::{
     default_cpu_threads, format_cpu_list, numa_nodes, plan_cpu_pool_in, process_affinity_cpus,
-    quota_cpus, resolve_cpu_threads_with, CoreClass, CpuTopology, SYSFS_CPU_ROOT, SYSFS_NODE_ROOT,
+    resolve_cpu_threads_with, CoreClass, CpuTopology, SYSFS_CPU_ROOT, SYSFS_NODE_ROOT,
 };
 use serde::Serialize;
 
@@ -20,9 +20,19 @@ pub(crate) struct TopoReport {
     pub(crate) class_source: &'static str,
     pub(crate) degraded: Option<String>,
     pub(crate) cgroup_quota_cpus: Option<usize>,
+    pub(crate) cgroup_quota: Option<QuotaReport>,
     pub(crate) numa_nodes: Vec<NodeReport>,
     pub(crate) width: WidthReport,
     pub(crate) plan: PlanReport,
+}
+
+#[derive(Serialize)]
+pub(crate) struct QuotaReport {
+    cpus: f64,
+    quota_us: u64,
+    period_us: u64,
+    version: String,
+    group: String,
 }
 
 #[derive(Serialize)]
@@ -53,7 +63,7 @@ pub(crate) struct PlanReport {
 
 /// Builds the report for this host, or for a captured `/sys/devices/system`.
 pub(crate) fn report(sysfs: Option<&Path>, coordinator: bool) -> Result<TopoReport, String> {
-    let (source, cpu_root, node_root, topology, affinity, quota) = match sysfs {
+    let (source, cpu_root, node_root, topology, affinity, cgroup_quota) = match sysfs {
         None => {
             let affinity = process_affinity_cpus();
             (
@@ -62,7 +72,7 @@ pub(crate) fn report(sysfs: Option<&Path>, coordinator: bool) -> Result<TopoRepo
                 Path::new(SYSFS_NODE_ROOT).to_owned(),
                 CpuTopology::detect(),
                 affinity,
-                quota_cpus(),
+                pool_topo::cpu_quota(),
             )
         }
         Some(dir) => {
@@ -80,6 +90,7 @@ pub(crate) fn report(sysfs: Option<&Path>, coordinator: bool) -> Result<TopoRepo
             )
         }
     };
+    let quota = cgroup_quota.as_ref().map(|q| q.whole_cpus());
     let logical_cpus = logical_cpus(&cpu_root).unwrap_or_else(|| affinity.clone());
     let width = resolve_cpu_threads_with(
         None,
@@ -108,6 +119,13 @@ pub(crate) fn report(sysfs: Option<&Path>, coordinator: bool) -> Result<TopoRepo
         class_source: topology.class_source().as_str(),
         degraded: topology.degraded_reason().map(str::to_owned),
         cgroup_quota_cpus: quota,
+        cgroup_quota: cgroup_quota.map(|q| QuotaReport {
+            cpus: q.cpus,
+            quota_us: q.quota_us,
+            period_us: q.period_us,
+            version: q.version.to_string(),
+            group: q.group.display().to_string(),
+        }),
         numa_nodes: numa
             .into_iter()
             .map(|n| NodeReport {
@@ -196,9 +214,17 @@ pub(crate) fn run(sysfs: Option<&Path>, coordinator: bool, json: bool) -> Result
     if let Some(reason) = &r.degraded {
         println!("  degraded         {reason}");
     }
-    match r.cgroup_quota_cpus {
-        Some(q) => println!("  cgroup quota     {q} CPUs"),
-        None => println!("  cgroup quota     none"),
+    match &r.cgroup_quota {
+        Some(q) => println!(
+            "  cgroup quota     {:.2} CPUs ({} us per {} us, cgroup {} at {}): {} usable",
+            q.cpus,
+            q.quota_us,
+            q.period_us,
+            q.version,
+            q.group,
+            r.cgroup_quota_cpus.unwrap_or(1)
+        ),
+        None => println!("  cgroup quota     none (cgroup v1 and v2 read)"),
     }
     for node in &r.numa_nodes {
         println!(

@@ -172,9 +172,10 @@ impl PoolBuilder {
         crate::fork::register_handler();
         let policy = self.spin.unwrap_or_else(spin_policy_from_env);
         let cpus = self.assume_cpus.unwrap_or_else(usable_cpus).max(1);
+        let quota_bounded = self.assume_cpus.is_none() && quota_bounded();
         let oversubscribed = self.workers + 1 > cpus;
         #[allow(unused_mut)]
-        let mut shared = Shared::new(self.workers, policy, cpus, self.contexts);
+        let mut shared = Shared::new(self.workers, policy, cpus, quota_bounded, self.contexts);
         #[cfg(loom)]
         {
             shared.seeded_bug = self.seeded_bug;
@@ -242,6 +243,17 @@ fn usable_cpus() -> usize {
 #[cfg(loom)]
 fn usable_cpus() -> usize {
     usize::MAX
+}
+
+/// Whether a cgroup CPU quota is tighter than the affinity set.
+#[cfg(not(loom))]
+fn quota_bounded() -> bool {
+    pool_topo::quota_cpus().is_some_and(|quota| quota < pool_topo::process_affinity_cpus().len())
+}
+
+#[cfg(loom)]
+fn quota_bounded() -> bool {
+    false
 }
 
 /// Worker registration: every worker's tid recorded before `build` returns.

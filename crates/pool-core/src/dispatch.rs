@@ -67,6 +67,7 @@ use crate::job::{Job, JobFn};
 use crate::load;
 use crate::policy::{linger_spins, ticks_per_spin, SpinPolicy, MIN_ADAPTIVE_SPIN};
 use crate::seeded::SeededBug;
+use crate::spinners;
 use crate::stats::{self, CallerCounters, PoolStats, WorkerCounters};
 use crate::sync::{fence, lock, process, spin_loop, thread, thread_local};
 use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, UnsafeCell};
@@ -208,6 +209,9 @@ pub(crate) struct Settings {
     pub(crate) oversubscribed: bool,
     /// The CPUs this process may use (for the foreign-load test).
     pub(crate) usable_cpus: usize,
+    /// A cgroup CPU quota bounds the usable CPUs below the affinity set:
+    /// waiting threads must not spend quota by yield-spinning.
+    pub(crate) quota_bounded: bool,
 }
 
 impl Settings {
@@ -301,6 +305,7 @@ impl Shared {
         workers: usize,
         policy: SpinPolicy,
         usable_cpus: usize,
+        quota_bounded: bool,
         contexts: Vec<process::Arc<dyn JobContext>>,
     ) -> Shared {
         let slots = (0..workers)
@@ -328,6 +333,7 @@ impl Shared {
                 contended: process::AtomicBool::new(false),
                 oversubscribed: workers + 1 > usable_cpus,
                 usable_cpus,
+                quota_bounded,
             }),
             caller_counters: CachePadded::new(CallerCounters::default()),
             ns_per_tick: clock::ns_per_tick(),
@@ -396,8 +402,17 @@ impl Shared {
                 Err(TryLockError::WouldBlock) => return self.run_inline(f),
             }
         } else {
-            lock(&self.turn)
+            match self.turn.try_lock() {
+                Ok(guard) => guard,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    // Asleep until the other caller's job ends: no CPU.
+                    spinners::caller_blocked();
+                    lock(&self.turn)
+                }
+            }
         };
+        spinners::caller_active();
         let caller_result = self.publish_and_join(threads, invited, f);
         let worker_panic = self.take_worker_panic();
         // The captured contexts end with the job (a request's span must not
@@ -579,9 +594,11 @@ impl Shared {
     /// the very CPU a worker needs, as when oversubscribed.
     #[inline]
     pub(crate) fn crowded(&self) -> bool {
-        let foreign = load::foreign_cpus();
-        // Below half a CPU is measurement noise (jiffies are 10 ms).
-        foreign > 0.5 && foreign + (self.slots.len() + 1) as f64 > self.settings.usable_cpus as f64
+        load::crowded(
+            load::foreign_cpus(),
+            self.slots.len() + 1,
+            self.settings.usable_cpus,
+        )
     }
 
     /// Whether the last barrier wait looked like foreign load.

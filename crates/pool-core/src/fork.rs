@@ -32,7 +32,7 @@ pub(crate) fn register_handler() {
         REGISTERED.call_once(|| {
             extern "C" fn in_child() {
                 GENERATION.fetch_add(1, Ordering::Relaxed);
-                crate::policy::reset_spinners_after_fork();
+                crate::spinners::reset_after_fork();
             }
             // SAFETY: `in_child` is a plain function that only touches
             // atomics (async-signal-safe, as a fork child handler must be).

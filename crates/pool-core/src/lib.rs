@@ -34,6 +34,7 @@ mod policy;
 mod pool;
 mod seeded;
 mod sides;
+mod spinners;
 mod stats;
 mod sync;
 mod worker;
@@ -45,12 +46,10 @@ pub use env::{
     parse_spin_policy, spin_policy_from_env, InvalidSpinBudget, DEFAULT_SPIN_BUDGET, SPIN_ENV,
 };
 pub use load::foreign_cpus;
-pub use policy::{
-    spin_iteration_ns, spinning_workers, spinning_workers_high_water, SpinPolicy, DEFAULT_LINGER,
-    MIN_ADAPTIVE_SPIN,
-};
+pub use policy::{spin_iteration_ns, SpinPolicy, DEFAULT_LINGER, MIN_ADAPTIVE_SPIN};
 pub use pool::Pool;
 pub use sides::Side;
+pub use spinners::{active_callers, spinner_limit, spinning_workers, spinning_workers_high_water};
 pub use stats::{PoolStats, WAIT_BUCKET_BOUNDS_NS};
 
 /// Hooks for the loom models in `loom-tests/`; exists only under
@@ -63,6 +62,6 @@ pub mod __loom {
     /// Sets the process-wide spinner limit a model runs under (default: no
     /// limit). Only from a test binary whose models all want that limit.
     pub fn set_spinner_limit(limit: usize) {
-        crate::policy::LOOM_SPINNER_LIMIT.store(limit, std::sync::atomic::Ordering::Relaxed);
+        crate::spinners::LOOM_LIMIT.store(limit, std::sync::atomic::Ordering::Relaxed);
     }
 }

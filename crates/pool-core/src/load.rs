@@ -4,11 +4,14 @@
 //! that are not being scheduled, but not the other symptom of a shared
 //! machine: the caller's own serial work between jobs starved by spinners
 //! that share its CPU with another process. So, at most every 50 ms, a
-//! caller samples `/proc/stat` (all CPUs' busy time) and `getrusage` (this
-//! process's): their difference over the interval is the CPUs other
-//! processes used. When that plus a pool's threads exceeds the CPUs this
-//! process may use, the adaptive policy treats the pool as contended.
-//! Linux only; elsewhere (and under loom and Miri) it reads as no load.
+//! caller samples the per-CPU lines of `/proc/stat` over *this process's
+//! CPUs* (`pool_topo::process_affinity_cpus`, refreshed every second) and
+//! `getrusage` (this process's own time): their difference over the
+//! interval is the CPUs other processes used *where this process runs*. A
+//! busy process on CPUs this process may not use is no load for it. When
+//! that plus a pool's threads exceeds the CPUs this process may use, the
+//! pool is crowded ([`crowded`]). Linux only; elsewhere (and under loom and
+//! Miri) it reads as no load.
 
 use crate::sync::process::{AtomicU64, Ordering};
 
@@ -47,7 +50,7 @@ pub(crate) fn maybe_sample(now: u64, ns_per_tick: f64) {
 
 #[cold]
 fn sample(interval_ns: f64, first: bool) {
-    let (Some(system), Some(process)) = (system_busy_jiffies(), process_cpu_us()) else {
+    let (Some(system), Some(process)) = (own_cpus_busy_jiffies(), process_cpu_us()) else {
         return;
     };
     let last_system = LAST_SYSTEM_JIFFIES.swap(system, Ordering::Relaxed);
@@ -55,30 +58,83 @@ fn sample(interval_ns: f64, first: bool) {
     if first || interval_ns <= 0.0 {
         return;
     }
-    // USER_HZ is 100 on every Linux ABI: a jiffy is 10 ms.
-    let system_ns = system.saturating_sub(last_system) as f64 * 1e7;
-    let process_ns = process.saturating_sub(last_process) as f64 * 1e3;
-    let foreign = ((system_ns - process_ns) / interval_ns).max(0.0);
+    let foreign = foreign_cpus_between(
+        system.saturating_sub(last_system),
+        process.saturating_sub(last_process),
+        interval_ns,
+    );
     FOREIGN_CPUS.store(foreign.to_bits(), Ordering::Relaxed);
 }
 
-/// Busy jiffies over all CPUs (`/proc/stat` first line, less idle and
-/// iowait).
+/// CPUs other processes kept busy over an interval of `interval_ns`, from
+/// the busy jiffies of this process's CPUs and this process's own CPU µs
+/// over that interval. USER_HZ is 100 on every Linux ABI: a jiffy is 10 ms.
+pub(crate) fn foreign_cpus_between(busy_jiffies: u64, own_us: u64, interval_ns: f64) -> f64 {
+    let busy_ns = busy_jiffies as f64 * 1e7;
+    let own_ns = own_us as f64 * 1e3;
+    ((busy_ns - own_ns) / interval_ns).max(0.0)
+}
+
+/// Whether a pool of `pool_threads` (workers + caller) is crowded on
+/// `usable_cpus` when other processes keep `foreign` CPUs busy: then a
+/// spinning caller may hold the very CPU a worker needs. Below half a CPU
+/// is measurement noise (jiffies are 10 ms).
+#[inline]
+pub(crate) fn crowded(foreign: f64, pool_threads: usize, usable_cpus: usize) -> bool {
+    foreign > 0.5 && foreign + pool_threads as f64 > usable_cpus as f64
+}
+
+/// Busy jiffies (all fields but idle and iowait) summed over the per-CPU
+/// lines `cpuN` of a `/proc/stat` text for the CPUs in `cpus`.
+pub(crate) fn busy_jiffies_of(stat: &str, cpus: &[usize]) -> Option<u64> {
+    let mut total = 0u64;
+    let mut found = false;
+    for line in stat.lines() {
+        let Some(rest) = line.strip_prefix("cpu") else {
+            continue;
+        };
+        let Some((id, fields)) = rest.split_once(' ') else {
+            continue;
+        };
+        let Ok(cpu) = id.parse::<usize>() else {
+            continue; // the all-CPU line "cpu  ..."
+        };
+        if !cpus.contains(&cpu) {
+            continue;
+        }
+        let fields: Vec<u64> = fields
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        let all: u64 = fields.iter().take(8).sum();
+        let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+        total += all.saturating_sub(idle);
+        found = true;
+    }
+    found.then_some(total)
+}
+
+/// Busy jiffies of this process's CPUs.
 #[cfg(all(target_os = "linux", not(miri), not(loom)))]
-fn system_busy_jiffies() -> Option<u64> {
+fn own_cpus_busy_jiffies() -> Option<u64> {
+    use std::sync::Mutex;
+    /// The process's CPUs and when they were read (`clock::ticks`).
+    static CPUS: Mutex<(Vec<usize>, u64)> = Mutex::new((Vec::new(), 0));
+    let now = crate::clock::ticks();
+    let cpus = {
+        let mut cached = CPUS.lock().unwrap_or_else(|e| e.into_inner());
+        let age_ns = now.wrapping_sub(cached.1) as f64 * crate::clock::ns_per_tick();
+        if cached.0.is_empty() || age_ns > 1e9 {
+            *cached = (pool_topo::process_affinity_cpus(), now);
+        }
+        cached.0.clone()
+    };
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().next()?.strip_prefix("cpu ")?;
-    let fields: Vec<u64> = line
-        .split_whitespace()
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    let total: u64 = fields.iter().take(8).sum();
-    let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
-    Some(total.saturating_sub(idle))
+    busy_jiffies_of(&stat, &cpus)
 }
 
 #[cfg(not(all(target_os = "linux", not(miri), not(loom))))]
-fn system_busy_jiffies() -> Option<u64> {
+fn own_cpus_busy_jiffies() -> Option<u64> {
     None
 }
 
@@ -100,4 +156,65 @@ fn process_cpu_us() -> Option<u64> {
 #[cfg(not(all(target_os = "linux", not(miri), not(loom))))]
 fn process_cpu_us() -> Option<u64> {
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two samples of a 4-CPU host's `/proc/stat`, 1 s apart: CPU 2 went
+    /// fully busy (100 jiffies), CPU 0 half busy, CPUs 1 and 3 idle.
+    const BEFORE: &str = "cpu  400 0 0 4000 0 0 0 0 0 0
+cpu0 100 0 0 1000 0 0 0 0 0 0
+cpu1 100 0 0 1000 0 0 0 0 0 0
+cpu2 100 0 0 1000 0 0 0 0 0 0
+cpu3 100 0 0 1000 0 0 0 0 0 0
+intr 1 2 3
+";
+    const AFTER: &str = "cpu  550 0 0 4250 0 0 0 0 0 0
+cpu0 150 0 0 1050 0 0 0 0 0 0
+cpu1 100 0 0 1100 0 0 0 0 0 0
+cpu2 200 0 0 1000 0 0 0 0 0 0
+cpu3 100 0 0 1100 0 0 0 0 0 0
+intr 1 2 3
+";
+
+    fn foreign_on(cpus: &[usize], own_us: u64) -> f64 {
+        let busy = busy_jiffies_of(AFTER, cpus).unwrap() - busy_jiffies_of(BEFORE, cpus).unwrap();
+        foreign_cpus_between(busy, own_us, 1e9)
+    }
+
+    #[test]
+    fn a_busy_process_on_a_cpu_outside_the_mask_is_no_load_for_this_process() {
+        // Mask {0, 1}: only CPU 0's half CPU, all of it this process's own.
+        assert_eq!(foreign_on(&[0, 1], 500_000), 0.0);
+        assert!(!crowded(foreign_on(&[0, 1], 500_000), 2, 2));
+    }
+
+    #[test]
+    fn a_busy_process_on_a_cpu_inside_the_mask_crowds_a_pool_that_needs_every_cpu() {
+        // Mask {1, 2}: CPU 2 fully busy, this process used nothing there.
+        let foreign = foreign_on(&[1, 2], 0);
+        assert!((foreign - 1.0).abs() < 1e-9, "{foreign}");
+        assert!(crowded(foreign, 2, 2), "2 threads on 2 CPUs, one taken");
+        assert!(!crowded(foreign, 1, 2), "a caller alone still has a CPU");
+    }
+
+    #[test]
+    fn this_processs_own_time_is_not_foreign_load() {
+        // Mask {0, 2}: 1.5 CPUs busy, 1.5 of them this process's own.
+        assert_eq!(foreign_on(&[0, 2], 1_500_000), 0.0);
+    }
+
+    #[test]
+    fn half_a_cpu_is_noise() {
+        assert!(!crowded(0.5, 4, 2));
+        assert!(crowded(0.6, 2, 2));
+    }
+
+    #[test]
+    fn a_stat_without_the_masks_cpus_reads_as_unknown() {
+        assert_eq!(busy_jiffies_of(BEFORE, &[7]), None);
+        assert_eq!(busy_jiffies_of("garbage\n", &[0]), None);
+    }
 }

@@ -16,16 +16,21 @@
 //!   own share (participants are not being scheduled), the pool is marked
 //!   contended and spinners yield every iteration and park after
 //!   [`MIN_ADAPTIVE_SPIN`], giving the CPU to the straggler;
-//! - *process-wide spinner budget*: at most as many adaptive workers spin
-//!   (or run) at once, over all pools, as this process has CPUs; a worker
-//!   that cannot get a slot parks instead of spinning.
+//! - *process-wide spinner budget* (`spinners.rs`): adaptive workers that
+//!   spin (or run) plus active caller threads, over all pools, never exceed
+//!   the CPUs this process may use; a worker that cannot get a slot, or
+//!   finds the budget overdrawn by a new caller, parks instead of spinning.
 //!
 //! **Fixed(n)** (`CMF_POOL_SPIN=n`, `Pool::with_spin`): spin `n` iterations,
 //! then park; `0` parks at once. No spinner budget.
 
 use std::time::Duration;
 
-use crate::sync::process::{AtomicUsize as ProcessAtomicUsize, Ordering as ProcessOrdering};
+use crate::clock;
+use crate::dispatch::Shared;
+use crate::spinners;
+use crate::stats::WorkerCounters;
+use crate::sync::{process, Ordering, SPIN_SCALE_SHIFT};
 
 /// The default linger of the adaptive policy.
 pub const DEFAULT_LINGER: Duration = Duration::from_millis(2);
@@ -70,12 +75,12 @@ pub fn spin_iteration_ns() -> f64 {
     {
         static NS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
         *NS.get_or_init(|| {
-            let probe = ProcessAtomicUsize::new(0);
+            let probe = std::sync::atomic::AtomicUsize::new(0);
             let iterations = 20_000;
             let start = std::time::Instant::now();
             for _ in 0..iterations {
                 std::hint::spin_loop();
-                std::hint::black_box(probe.load(ProcessOrdering::Relaxed));
+                std::hint::black_box(probe.load(std::sync::atomic::Ordering::Relaxed));
             }
             (start.elapsed().as_nanos() as f64 / iterations as f64).max(0.1)
         })
@@ -152,72 +157,226 @@ impl GapWindow {
     }
 }
 
-/// Adaptive workers spinning or running now, over every pool.
-static SPINNERS: ProcessAtomicUsize = ProcessAtomicUsize::new(0);
-/// The most ever observed at once (for tests and `pool bench`).
-static SPINNERS_HIGH_WATER: ProcessAtomicUsize = ProcessAtomicUsize::new(0);
+/// A worker with a CPU of its own still yields this often (~45 µs of
+/// spinning on the CI VM): one cheap syscall that bounds how long it can
+/// hold a CPU the scheduler made it share with its caller (wake affinity).
+const SPINS_BETWEEN_YIELDS: usize = 4096;
 
-/// The process-wide limit: the CPUs this process may use.
-fn spinner_limit() -> usize {
-    #[cfg(not(loom))]
-    {
-        static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        *LIMIT.get_or_init(pool_topo::usable_cpus)
+/// How often (in spins) the adaptive plan reads the clock and the spinner
+/// budget.
+const CHECK_EVERY: usize = 64;
+
+/// What a waiting worker does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// One `spin_loop` hint, then check again.
+    Spin,
+    /// Give the CPU away once (`sched_yield`), then check again.
+    Yield,
+    /// Give back the spinner slot and park.
+    Park,
+}
+
+/// A worker's waiting state across jobs.
+pub(crate) struct WaitState {
+    gaps: GapWindow,
+    /// Holds one of the process-wide spinner slots (`spinners.rs`).
+    has_spinner_slot: bool,
+    /// The first wait spans the thread's start-up, not a gap between jobs.
+    first_wait: bool,
+}
+
+impl WaitState {
+    pub(crate) fn new() -> Self {
+        WaitState {
+            gaps: GapWindow::new(),
+            has_spinner_slot: false,
+            first_wait: true,
+        }
     }
-    #[cfg(loom)]
-    {
-        LOOM_SPINNER_LIMIT.load(ProcessOrdering::Relaxed)
+
+    /// Gives back the spinner slot, if held (when parking or exiting).
+    pub(crate) fn release_slot(&mut self) {
+        if self.has_spinner_slot {
+            self.has_spinner_slot = false;
+            spinners::release();
+        }
     }
 }
 
-/// The spinner limit under loom: no limit unless a model sets one (models
-/// that do live in a test binary of their own, so no other model sees it).
-#[cfg(loom)]
-pub(crate) static LOOM_SPINNER_LIMIT: ProcessAtomicUsize = ProcessAtomicUsize::new(usize::MAX);
+/// One wait's policy: the budget, fixed at the wait's start, and the
+/// spins so far.
+///
+/// - **Fixed(n):** spin `n` times, then park.
+/// - **Adaptive:** spin for the gap window's budget (a deadline in clock
+///   ticks, read every 64 spins, capped by the linger in spins) while
+///   holding a spinner slot. Without one (none free, or the budget
+///   overdrawn by a new caller), yield on every spin instead: the thread
+///   stays awake for its next job without holding a CPU anyone else wants;
+///   under a cgroup quota, where every spin spends quota, park at once.
+///   Under foreign load, yield every spin and stop at the floor.
+/// - **Not oversubscribed:** a changed `epoch` (a limited job this worker
+///   was not invited to) re-arms the budget: the pool is busy and the next
+///   job is microseconds away. Yields once every 4096 spins.
+/// - **Oversubscribed:** yields every 64 spins and re-arms only on its own
+///   tickets (by returning), so idle spinners do not hold the CPUs invited
+///   workers need.
+pub(crate) struct WaitPlan {
+    adaptive: bool,
+    yield_every_spin: bool,
+    /// Spins allowed before parking (shifted for loom).
+    budget: usize,
+    /// Adaptive: ticks allowed since `spin_started` (`u64::MAX`: none).
+    deadline_ticks: u64,
+    started: u64,
+    spin_started: u64,
+    /// Spins since the budget was last re-armed.
+    spins: usize,
+    /// Spins in this whole wait (telemetry, gap estimate).
+    spun: u64,
+    epoch: usize,
+    parked: bool,
+}
 
-/// Takes a spinner slot if one is free. A compare-exchange loop, so the
-/// count never exceeds the limit even transiently; it runs only when a
-/// worker starts spinning after a park, never per job.
-pub(crate) fn try_acquire_spinner() -> bool {
-    let limit = spinner_limit();
-    let mut current = SPINNERS.load(ProcessOrdering::Relaxed);
-    loop {
-        if current >= limit {
-            return false;
-        }
-        match SPINNERS.compare_exchange_weak(
-            current,
-            current + 1,
-            ProcessOrdering::Relaxed,
-            ProcessOrdering::Relaxed,
-        ) {
-            Ok(_) => {
-                SPINNERS_HIGH_WATER.fetch_max(current + 1, ProcessOrdering::Relaxed);
-                return true;
+impl WaitPlan {
+    /// Fixes the budget for one wait.
+    #[inline]
+    pub(crate) fn begin(shared: &Shared, state: &mut WaitState) -> WaitPlan {
+        let settings = &*shared.settings;
+        let started = clock::ticks();
+        let adaptive = settings.linger_ns.load(process::Ordering::Relaxed) != 0;
+        let mut yield_every_spin = false;
+        let (budget, deadline_ticks) = if adaptive {
+            let linger = settings.linger_ticks.load(process::Ordering::Relaxed);
+            let floor = settings.floor_ticks.load(process::Ordering::Relaxed);
+            let mut ticks = state.gaps.budget(linger, floor);
+            if settings.contended.load(process::Ordering::Relaxed) {
+                ticks = ticks.min(floor);
+                yield_every_spin = true;
             }
-            Err(now) => current = now,
+            if state.has_spinner_slot && spinners::overdrawn() {
+                state.release_slot();
+            }
+            if !state.has_spinner_slot {
+                state.has_spinner_slot = spinners::try_acquire();
+            }
+            let spins = settings.linger_spins.load(process::Ordering::Relaxed);
+            if state.has_spinner_slot {
+                (spins, ticks)
+            } else if settings.quota_bounded {
+                // Under a CPU quota every spin spends quota: park.
+                (0, 0)
+            } else {
+                // No CPU of its own: stay awake, but give the CPU to anyone
+                // who wants it on every iteration.
+                yield_every_spin = true;
+                (spins, ticks)
+            }
+        } else {
+            (settings.spin_budget.load(Ordering::Relaxed), u64::MAX)
+        };
+        WaitPlan {
+            adaptive,
+            yield_every_spin,
+            budget: budget >> SPIN_SCALE_SHIFT,
+            deadline_ticks,
+            started,
+            spin_started: started,
+            spins: 0,
+            spun: 0,
+            epoch: shared.epoch.load(Ordering::Relaxed),
+            parked: false,
         }
     }
-}
 
-/// In a forked child: the parent's spinners do not exist there.
-#[cfg_attr(any(loom, miri, not(unix)), allow(dead_code))]
-pub(crate) fn reset_spinners_after_fork() {
-    SPINNERS.store(0, ProcessOrdering::Relaxed);
-}
+    /// The next step of the wait.
+    #[inline]
+    pub(crate) fn next(&mut self, shared: &Shared, state: &mut WaitState) -> Step {
+        let checkpoint = self.spins.is_multiple_of(CHECK_EVERY) || self.yield_every_spin;
+        if checkpoint && self.adaptive {
+            if clock::ticks().wrapping_sub(self.spin_started) >= self.deadline_ticks {
+                return Step::Park;
+            }
+            // A caller became active after this worker took its slot: give
+            // the slot back, and yield every spin (or park under a quota).
+            if state.has_spinner_slot && spinners::overdrawn() {
+                state.release_slot();
+                if shared.settings.quota_bounded {
+                    return Step::Park;
+                }
+                self.yield_every_spin = true;
+            }
+        }
+        if self.spins >= self.budget {
+            return Step::Park;
+        }
+        self.spins += 1;
+        self.spun += 1;
+        if self.yield_every_spin {
+            return Step::Yield;
+        }
+        if shared.settings.oversubscribed {
+            return if self.spins.is_multiple_of(CHECK_EVERY) {
+                Step::Yield
+            } else {
+                Step::Spin
+            };
+        }
+        // Relaxed: a hint; a stale value only delays a re-arm.
+        let now = shared.epoch.load(Ordering::Relaxed);
+        if now != self.epoch {
+            self.epoch = now;
+            self.spins = 0;
+            self.spin_started = clock::ticks();
+        }
+        if (self.spun as usize).is_multiple_of(SPINS_BETWEEN_YIELDS) {
+            Step::Yield
+        } else {
+            Step::Spin
+        }
+    }
 
-/// Gives a spinner slot back.
-pub(crate) fn release_spinner() {
-    SPINNERS.fetch_sub(1, ProcessOrdering::Relaxed);
-}
+    /// The worker parked and woke (the budget is spent; the next `next`
+    /// parks again unless a ticket arrived).
+    #[inline]
+    pub(crate) fn parked(&mut self) {
+        self.parked = true;
+    }
 
-/// Adaptive workers holding a spinner slot now, over all pools.
-pub fn spinning_workers() -> usize {
-    SPINNERS.load(ProcessOrdering::Relaxed)
-}
+    /// The wait ended with a ticket: telemetry, and the gap for the window.
+    #[inline]
+    pub(crate) fn got_job(
+        &self,
+        shared: &Shared,
+        state: &mut WaitState,
+        counters: &WorkerCounters,
+    ) {
+        counters.spins.add(self.spun);
+        if self.parked {
+            counters.jobs_after_park.add(1);
+        } else {
+            counters.jobs_hot.add(1);
+        }
+        if self.adaptive && !state.first_wait {
+            let linger = shared
+                .settings
+                .linger_ticks
+                .load(process::Ordering::Relaxed);
+            // A hot pickup reads no clock (it would delay the job): the gap
+            // is its spins at the calibrated ticks per spin.
+            let gap = if self.parked {
+                clock::ticks().wrapping_sub(self.started)
+            } else {
+                (self.spun as f64 * ticks_per_spin()) as u64
+            };
+            state.gaps.record(gap, linger);
+        }
+        state.first_wait = false;
+    }
 
-/// The most adaptive workers that ever held spinner slots at once; never
-/// more than the process's usable CPUs.
-pub fn spinning_workers_high_water() -> usize {
-    SPINNERS_HIGH_WATER.load(ProcessOrdering::Relaxed)
+    /// The wait ended with shutdown.
+    #[inline]
+    pub(crate) fn stopped(&self, counters: &WorkerCounters) {
+        counters.spins.add(self.spun);
+    }
 }

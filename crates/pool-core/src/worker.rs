@@ -4,7 +4,8 @@ use std::panic::{self, AssertUnwindSafe};
 
 use crate::context::Entered;
 use crate::dispatch::{with_active_pool, Shared};
-use crate::idle::{wait_for_ticket, WaitState, Wake};
+use crate::idle::{wait_for_ticket, Wake};
+use crate::policy::WaitState;
 use crate::seeded::SeededBug;
 use crate::sync::{Arc, Ordering};
 

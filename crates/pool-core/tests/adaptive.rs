@@ -6,6 +6,15 @@ use std::time::{Duration, Instant};
 use pool_core::{Pool, SpinPolicy};
 use testkit::watched;
 
+/// The spinner budget is process-wide and counts every active caller: tests
+/// of this binary that expect spinning take turns, so a neighbour test's
+/// caller does not take the slot their worker needs.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn adaptive(workers: usize, linger: Duration) -> Pool {
     Pool::builder()
         .workers(workers)
@@ -38,6 +47,7 @@ fn thread_state(tid: i32) -> char {
 )]
 fn a_dense_stream_stays_hot_with_no_unpark() {
     watched("dense", |_| {
+        let _turn = one_at_a_time();
         let pool = adaptive(1, Duration::from_millis(2));
         pool.run(&|_, _| {});
         let before = pool.stats();
@@ -61,6 +71,7 @@ fn a_dense_stream_stays_hot_with_no_unpark() {
 #[cfg(target_os = "linux")]
 fn the_linger_parks_every_worker_once_the_stream_stops() {
     watched("linger", |stage| {
+        let _turn = one_at_a_time();
         for workers in [1, 3] {
             stage.set(format!("{workers} workers"));
             let pool = adaptive(workers, Duration::from_millis(2));
@@ -91,6 +102,7 @@ fn the_linger_parks_every_worker_once_the_stream_stops() {
 )]
 fn a_sparse_stream_teaches_workers_to_park_almost_at_once() {
     watched("sparse", |_| {
+        let _turn = one_at_a_time();
         let linger = Duration::from_millis(20);
         let pool = adaptive(1, linger);
         let linger_spins = pool.spin_budget() as u64;
@@ -121,6 +133,7 @@ fn a_sparse_stream_teaches_workers_to_park_almost_at_once() {
 )]
 fn a_barrier_wait_far_longer_than_the_callers_share_marks_foreign_load() {
     watched("contended", |_| {
+        let _turn = one_at_a_time();
         let pool = adaptive(1, Duration::from_millis(2));
         // A loaded machine may deschedule the caller inside its empty share
         // for a while too: allow a few tries.
@@ -150,6 +163,7 @@ fn a_barrier_wait_far_longer_than_the_callers_share_marks_foreign_load() {
 )]
 fn fixed_budgets_and_the_adaptive_policy_switch_at_run_time() {
     watched("switch", |_| {
+        let _turn = one_at_a_time();
         let pool = adaptive(2, Duration::from_millis(2));
         assert_eq!(
             pool.spin_policy(),

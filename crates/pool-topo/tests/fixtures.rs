@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use pool_topo::{
-    clamp_intra_op_threads, default_cpu_threads, numa_nodes, plan_cpu_pool_in, quota_cpus_in,
-    ClassSource, CoreClass, CpuTopology,
+    clamp_intra_op_threads, cpu_quota_in, default_cpu_threads, numa_nodes, plan_cpu_pool_in,
+    quota_cpus_in, CgroupVersion, ClassSource, CoreClass, CpuQuota, CpuTopology,
 };
 
 fn fixture(host: &str) -> PathBuf {
@@ -172,6 +172,56 @@ fn no_cgroup_v2_entry_or_a_max_quota_means_no_limit() {
     assert_eq!(quota_cpus_in(&root, "1:cpu:/\n").unwrap(), None);
     assert_eq!(quota_cpus_in(&root, "0::/kubepods\n").unwrap(), None);
     assert_eq!(quota_cpus_in(&root, "0::/not-there\n").unwrap(), None);
+}
+
+/// The quota a cgroup-only fixture's process would see.
+fn fixture_quota(name: &str) -> Option<CpuQuota> {
+    let root = fixture(name);
+    let membership = std::fs::read_to_string(root.join("proc_self_cgroup")).unwrap();
+    cpu_quota_in(&root.join("fs/cgroup"), &membership).unwrap()
+}
+
+#[test]
+fn a_cgroup_v1_quota_is_read_under_the_cpu_controllers_mount() {
+    let quota = fixture_quota("cgroup-v1-docker").expect("a 1.5-CPU quota");
+    assert_eq!(quota.version, CgroupVersion::V1);
+    assert_eq!((quota.quota_us, quota.period_us), (150_000, 100_000));
+    assert!((quota.cpus - 1.5).abs() < 1e-9);
+    assert_eq!(quota.whole_cpus(), 2);
+    assert!(quota.group.ends_with("cpu,cpuacct/docker/abc"), "{quota}");
+}
+
+#[test]
+fn the_tightest_quota_up_the_path_wins_on_v1_and_v2() {
+    let v1 = fixture_quota("cgroup-v1-nested").unwrap();
+    assert_eq!((v1.version, v1.whole_cpus()), (CgroupVersion::V1, 2));
+    assert!(v1.group.ends_with("cpu/batch"), "the parent's limit: {v1}");
+    let v2 = fixture_quota("cgroup-v2-nested").unwrap();
+    assert_eq!((v2.version, v2.whole_cpus()), (CgroupVersion::V2, 2));
+    assert!(v2.group.ends_with("kubepods"), "the parent's limit: {v2}");
+}
+
+#[test]
+fn on_a_hybrid_host_the_unified_hierarchys_quota_counts_too() {
+    let quota = fixture_quota("cgroup-hybrid").unwrap();
+    assert_eq!((quota.version, quota.whole_cpus()), (CgroupVersion::V2, 1));
+}
+
+#[test]
+fn a_container_that_sees_only_its_own_subtree_reads_the_mount_root() {
+    let quota = fixture_quota("cgroup-v1-own-subtree").unwrap();
+    assert_eq!((quota.version, quota.whole_cpus()), (CgroupVersion::V1, 3));
+}
+
+#[test]
+fn an_unparsable_v1_quota_is_an_error_naming_the_file() {
+    let dir = std::env::temp_dir().join(format!("pool-topo-bad-v1-{}", std::process::id()));
+    let group = dir.join("cpu");
+    std::fs::create_dir_all(&group).unwrap();
+    std::fs::write(group.join("cpu.cfs_quota_us"), "lots\n").unwrap();
+    let err = cpu_quota_in(&dir, "3:cpu:/\n").unwrap_err();
+    assert!(err.to_string().contains("cpu.cfs_quota_us"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

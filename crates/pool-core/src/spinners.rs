@@ -1,0 +1,174 @@
+//! The process-wide spinner budget: one per process, over every pool.
+//!
+//! Every thread that burns a CPU while waiting needs one: an adaptive
+//! worker that spins between jobs (it keeps its slot while it runs one), and
+//! a caller thread that dispatches jobs and waits at their barriers. Their
+//! sum never exceeds [`spinner_limit`], the CPUs this process may use
+//! (`pool_topo::usable_cpus`: the process's affinity set, not the asking
+//! thread's, bounded by the cgroup quota), so spinners never hold the CPU a
+//! caller or a working participant needs.
+//!
+//! - Workers take a slot with a compare-exchange when they start spinning
+//!   and give it back when they park or exit; a worker that finds no free
+//!   slot parks at once. A worker holding a slot that finds the budget
+//!   overdrawn (a caller became active after it took its slot) gives its
+//!   slot back and parks: checked when a wait starts and every 64 spins.
+//! - A caller thread becomes *active* at its first dispatch and counts
+//!   until it blocks waiting for another caller's turn or exits (a
+//!   thread-local guard releases it). Callers are never refused: a caller
+//!   must run its share whatever the budget says, so the count may exceed
+//!   the limit, and then no worker spins.
+//!
+//! Fixed spin budgets (`SpinPolicy::Fixed`) do not take worker slots; their
+//! callers still count. Everything here is a hint for how long to spin,
+//! never for whether a job is seen, so `std` atomics with `Relaxed` suffice
+//! (also under loom, where callers are not counted and the limit is set by
+//! the model).
+
+use crate::sync::process::{AtomicUsize, Ordering};
+
+/// Adaptive workers holding a slot now, over every pool.
+static WORKERS: AtomicUsize = AtomicUsize::new(0);
+/// Active caller threads now.
+static CALLERS: AtomicUsize = AtomicUsize::new(0);
+/// The most workers + callers ever counted at once while a worker took a
+/// slot (for tests and `pool bench`).
+static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
+
+/// The process-wide limit: the CPUs this process may use, computed once.
+/// Whichever thread asks first (a pinned worker, a pinned caller), the
+/// answer is the process's, not that thread's.
+pub fn spinner_limit() -> usize {
+    #[cfg(not(loom))]
+    {
+        static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        *LIMIT.get_or_init(pool_topo::usable_cpus)
+    }
+    #[cfg(loom)]
+    {
+        LOOM_LIMIT.load(Ordering::Relaxed)
+    }
+}
+
+/// The limit under loom: none unless a model sets one (models that do live
+/// in a test binary of their own, so no other model sees it).
+#[cfg(loom)]
+pub(crate) static LOOM_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Takes a worker slot if workers + callers leave one free. A
+/// compare-exchange loop, so workers never overshoot; it runs when a worker
+/// starts spinning after a park, never per job.
+pub(crate) fn try_acquire() -> bool {
+    let limit = spinner_limit();
+    let mut current = WORKERS.load(Ordering::Relaxed);
+    loop {
+        let callers = CALLERS.load(Ordering::Relaxed);
+        if current + callers >= limit {
+            return false;
+        }
+        match WORKERS.compare_exchange_weak(
+            current,
+            current + 1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => {
+                HIGH_WATER.fetch_max(current + 1 + callers, Ordering::Relaxed);
+                return true;
+            }
+            Err(now) => current = now,
+        }
+    }
+}
+
+/// Gives a worker slot back.
+pub(crate) fn release() {
+    WORKERS.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Whether workers + callers exceed the limit: a worker holding a slot
+/// then gives it back.
+#[inline]
+pub(crate) fn overdrawn() -> bool {
+    WORKERS.load(Ordering::Relaxed) + CALLERS.load(Ordering::Relaxed) > spinner_limit()
+}
+
+/// In a forked child: the parent's spinners and callers do not exist there
+/// (the thread that forked re-registers at its next dispatch).
+#[cfg_attr(any(loom, miri, not(unix)), allow(dead_code))]
+pub(crate) fn reset_after_fork() {
+    WORKERS.store(0, Ordering::Relaxed);
+    CALLERS.store(0, Ordering::Relaxed);
+    #[cfg(not(loom))]
+    CALLER.with(|caller| caller.active.set(false));
+}
+
+/// This thread's caller registration; releases it when the thread exits.
+#[cfg(not(loom))]
+struct CallerRegistration {
+    active: std::cell::Cell<bool>,
+}
+
+#[cfg(not(loom))]
+impl Drop for CallerRegistration {
+    fn drop(&mut self) {
+        if self.active.get() {
+            CALLERS.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    static CALLER: CallerRegistration = const {
+        CallerRegistration {
+            active: std::cell::Cell::new(false),
+        }
+    };
+}
+
+/// Counts the calling thread as an active caller (idempotent: one
+/// thread-local check per dispatch once it is).
+#[inline]
+pub(crate) fn caller_active() {
+    #[cfg(not(loom))]
+    {
+        // `try_with`: a pool used from another thread-local's destructor
+        // simply goes uncounted.
+        let _ = CALLER.try_with(|caller| {
+            if !caller.active.replace(true) {
+                CALLERS.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+}
+
+/// The calling thread is about to block on another caller's turn: it burns
+/// no CPU until it gets it.
+#[inline]
+pub(crate) fn caller_blocked() {
+    #[cfg(not(loom))]
+    {
+        let _ = CALLER.try_with(|caller| {
+            if caller.active.replace(false) {
+                CALLERS.fetch_sub(1, Ordering::Relaxed);
+            }
+        });
+    }
+}
+
+/// Adaptive workers holding spinner slots now, over all pools.
+pub fn spinning_workers() -> usize {
+    WORKERS.load(Ordering::Relaxed)
+}
+
+/// Caller threads counted as active now, over all pools.
+pub fn active_callers() -> usize {
+    CALLERS.load(Ordering::Relaxed)
+}
+
+/// The most workers + active callers counted at once when a worker took a
+/// slot; never more than [`spinner_limit`].
+pub fn spinning_workers_high_water() -> usize {
+    HIGH_WATER.load(Ordering::Relaxed)
+}

@@ -1,0 +1,145 @@
+#![cfg(not(miri))]
+//! The pool in the settings engines run it in: a pinned caller, pinned
+//! workers of two pools, a CPU quota. No timing is asserted: the counters
+//! say what the threads did.
+
+use std::time::{Duration, Instant};
+
+use pool_core::{Pool, SpinPolicy};
+use testkit::watched;
+
+/// Busy-waits `d`, like an engine's serial work between matvecs.
+fn busy(d: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_pool_built_on_a_pinned_thread_is_not_oversubscribed_when_the_process_has_a_cpu_for_every_thread(
+) {
+    watched("pinned_caller", |_| {
+        let cpus = pool_topo::process_affinity_cpus();
+        if pool_topo::usable_cpus() < 2 {
+            eprintln!("needs two usable CPUs: skipping");
+            return;
+        }
+        pool_topo::pin_current_thread(&[cpus[0]]).unwrap();
+        let pool = Pool::new(1);
+        assert!(
+            !pool.is_oversubscribed(),
+            "1 worker + a caller pinned to one of {} CPUs",
+            cpus.len()
+        );
+        assert_eq!(pool_topo::usable_cpus(), pool_core::spinner_limit());
+    });
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn pinned_workers_of_two_pools_stay_awake_between_jobs_used_in_turn() {
+    watched("two_pinned_pools", |stage| {
+        let cpus = pool_topo::process_affinity_cpus();
+        if pool_topo::quota_cpus().is_some_and(|q| q < cpus.len()) {
+            eprintln!("a CPU quota makes spare waiters park: skipping");
+            return;
+        }
+        let last = *cpus.last().unwrap();
+        let pool = |name: &str| {
+            Pool::builder()
+                .workers(1)
+                .pin_workers(vec![last])
+                .thread_name_prefix(name)
+                .spin_policy(SpinPolicy::adaptive())
+                .build()
+                .unwrap()
+        };
+        let (prefill, decode) = (pool("prefill"), pool("decode"));
+        for (p, name) in [(&prefill, "prefill"), (&decode, "decode")] {
+            stage.set(format!("warm-up {name}"));
+            p.run(&|_, _| {});
+        }
+        let before = [prefill.stats(), decode.stats()];
+        let rounds = 400;
+        for round in 0..rounds {
+            if round % 100 == 0 {
+                stage.set(format!("round {round}"));
+            }
+            prefill.run(&|_, _| {});
+            busy(Duration::from_micros(20));
+            decode.run(&|_, _| {});
+            busy(Duration::from_micros(20));
+        }
+        for (p, earlier) in [&prefill, &decode].into_iter().zip(&before) {
+            let s = p.stats().since(earlier);
+            // Whichever worker holds the spare CPU's slot spins; the other
+            // yields on every spin instead of parking. A loaded CI machine
+            // may deschedule one past its linger now and then; a parking
+            // policy shows ~1 unpark per dispatch.
+            assert!(
+                s.unparks_per_dispatch() < 0.2,
+                "{} unparks per dispatch: {s}",
+                s.unparks_per_dispatch()
+            );
+            assert!(s.jobs_hot * 10 >= rounds as u64 * 8, "{s}");
+        }
+    });
+}
+
+/// The child half of the quota test: runs inside the group.
+#[test]
+#[ignore = "run in a child process by a_pool_inside_a_one_cpu_quota_sees_the_quota"]
+fn quota_child() {
+    // Wait until the parent has moved this process into the group.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool_topo::cpu_quota().is_none() {
+        assert!(Instant::now() < deadline, "never saw the quota");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let quota = pool_topo::cpu_quota().unwrap();
+    assert_eq!(quota.whole_cpus(), 1, "{quota}");
+    assert_eq!(pool_topo::usable_cpus(), 1);
+    let pool = Pool::new(1);
+    assert!(pool.is_oversubscribed(), "2 threads on a 1-CPU quota");
+    let entries = std::sync::atomic::AtomicUsize::new(0);
+    for _ in 0..200 {
+        pool.run(&|_, _| {
+            entries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+    assert_eq!(entries.into_inner(), 400);
+    println!("QUOTA-CHILD-OK {}", quota.version);
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_pool_inside_a_one_cpu_quota_sees_the_quota() {
+    watched("quota", |_| {
+        let name = format!("pool-core-test-{}", std::process::id());
+        let group = match testkit::CpuQuotaGroup::create(&name, 1.0) {
+            Ok(group) => group,
+            Err(reason) => {
+                eprintln!("cannot create a cgroup here ({reason}): skipping");
+                return;
+            }
+        };
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "quota_child", "--ignored", "--nocapture"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        group.add_process(child.id()).unwrap();
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("QUOTA-CHILD-OK"),
+            "the child in cgroup {}:\n{stdout}\n{}",
+            group.version(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        drop(group);
+    });
+}
