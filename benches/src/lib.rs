@@ -8,9 +8,12 @@
 //! - [`read_ceiling`]: a plain parallel read of the same bytes a matvec
 //!   streams: the bandwidth ceiling;
 //! - [`RayonExecutor`]: the decode workload on rayon `par_chunks_mut`;
-//! - [`Stats`]: medians and spread of repeated runs.
+//! - [`Stats`]: medians and spread of repeated runs;
+//! - [`scenarios`]: the deployment settings (pinned threads, several pools,
+//!   a quota, busy neighbours, ...) built for real, for side-by-side runs.
 
 mod baselines;
+pub mod scenarios;
 mod stats;
 
 pub use baselines::{rayon_matvec_f32, read_ceiling, PingPong, RayonExecutor, SpinPool};

@@ -4,6 +4,7 @@
 //! 30 seconds). See `pool --help` and docs/cli.md for the JSON schemas.
 
 mod bench;
+mod scenarios;
 mod topo;
 mod tune;
 mod waiting;
@@ -58,6 +59,12 @@ enum Command {
         /// Smaller sizes and fewer repetitions (seconds, not a minute).
         #[arg(long)]
         quick: bool,
+        /// Instead: the decode workload inside each deployment setting
+        /// (pinned caller, from_env, two pools, two callers, a busy or
+        /// decoding neighbour, a 1-CPU cgroup quota, oversubscription, idle
+        /// gaps), pool vs rayon vs serial side by side.
+        #[arg(long)]
+        scenarios: bool,
         /// One JSON object instead of text (schema: docs/cli.md).
         #[arg(long)]
         json: bool,
@@ -87,6 +94,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A copy of this binary started as a decoding neighbour (setting 8 of
+    // `bench --scenarios`) does only that.
+    pool_benches::scenarios::neighbour_main_if_requested();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("POOL_LOG")
@@ -102,7 +112,12 @@ fn main() -> ExitCode {
             coordinator,
             json,
         }) => topo::run(sysfs.as_deref(), coordinator, json),
-        Some(Command::Bench { quick, json }) => bench::run(quick, json),
+        Some(Command::Bench {
+            quick,
+            scenarios: true,
+            json,
+        }) => scenarios::run(quick, json),
+        Some(Command::Bench { quick, json, .. }) => bench::run(quick, json),
         Some(Command::Burn { cpu, seconds }) => {
             waiting::burn(cpu, seconds.min(120));
             Ok(())

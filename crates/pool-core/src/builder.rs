@@ -99,6 +99,12 @@ impl PoolBuilder {
     /// Pins worker `i` to logical CPU `cpus[i]`. `build` fails with
     /// `InvalidInput` unless there is exactly one CPU per worker, and with
     /// the OS error if a pin is refused.
+    ///
+    /// Without it, workers run on the process's CPUs
+    /// (`pool_topo::process_affinity_cpus`), even when the thread that builds
+    /// the pool is pinned narrower: a thread inherits its creator's mask, and
+    /// an engine that pinned its decode thread first would otherwise get
+    /// every worker on that one CPU.
     pub fn pin_workers(mut self, cpus: Vec<usize>) -> Self {
         self.worker_cpus = Some(cpus);
         self
@@ -189,10 +195,16 @@ impl PoolBuilder {
             handles: Vec::with_capacity(self.workers),
             tids: Vec::new(),
         };
+        let widen = process::Arc::new(if self.worker_cpus.is_none() {
+            cpus_to_widen_to()
+        } else {
+            None
+        });
         let mut threads = Vec::with_capacity(self.workers);
         for index in 0..self.workers {
             let shared = shared.clone();
             let startup = startup.clone();
+            let widen = widen.clone();
             let pin = self.worker_cpus.as_ref().map(|cpus| cpus[index]);
             let hook = self.on_start.clone();
             let mut builder =
@@ -201,7 +213,7 @@ impl PoolBuilder {
                 builder = builder.stack_size(bytes);
             }
             let spawned = builder.spawn(move || {
-                startup.register(index, pin, hook.as_deref());
+                startup.register(index, pin, widen.as_ref().as_ref(), hook.as_deref());
                 drop(startup);
                 run_worker(shared, index);
             });
@@ -243,6 +255,22 @@ fn usable_cpus() -> usize {
 #[cfg(loom)]
 fn usable_cpus() -> usize {
     usize::MAX
+}
+
+/// The CPUs an unpinned worker should run on, when the constructing thread
+/// was pinned narrower than the process: a new thread inherits its
+/// creator's mask, and an engine that pinned its decode thread to one CPU
+/// before building the pool would otherwise get workers stuck on that very
+/// CPU. `None`: the inherited mask is already the process's.
+#[cfg(all(any(target_os = "linux", target_os = "android"), not(loom), not(miri)))]
+fn cpus_to_widen_to() -> Option<Vec<usize>> {
+    let process = pool_topo::process_affinity_cpus();
+    (pool_topo::thread_affinity_cpus() != process).then_some(process)
+}
+
+#[cfg(not(all(any(target_os = "linux", target_os = "android"), not(loom), not(miri))))]
+fn cpus_to_widen_to() -> Option<Vec<usize>> {
+    None
 }
 
 /// Whether a cgroup CPU quota is tighter than the affinity set.
@@ -289,8 +317,19 @@ mod startup {
             &self,
             index: usize,
             pin: Option<usize>,
+            widen: Option<&Vec<usize>>,
             hook: Option<&(dyn Fn(usize) + Send + Sync)>,
         ) {
+            if let Some(cpus) = widen {
+                // Not an error: the worker still runs, on fewer CPUs.
+                if let Err(err) = pool_topo::pin_current_thread(cpus) {
+                    tracing::warn!(
+                        index,
+                        %err,
+                        "pool-core: could not widen an unpinned worker to the process's CPUs"
+                    );
+                }
+            }
             let pin_error = pin.and_then(|cpu| {
                 pool_topo::pin_current_thread(&[cpu])
                     .err()
@@ -355,6 +394,7 @@ mod startup {
             &self,
             index: usize,
             _pin: Option<usize>,
+            _widen: Option<&Vec<usize>>,
             hook: Option<&(dyn Fn(usize) + Send + Sync)>,
         ) {
             if let Some(hook) = hook {

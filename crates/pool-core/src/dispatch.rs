@@ -80,9 +80,12 @@ pub(crate) const OVERSUBSCRIBED_SPINS_BEFORE_YIELD: u32 = 64;
 /// count instead of a clock read.
 const SHORT_WAIT_SPINS: u64 = 64;
 
-/// Even with a CPU per thread, a caller that has spun this long yields: a
-/// worker may have been descheduled by another process.
-const CALLER_SPINS_BEFORE_YIELD: u32 = 1 << 16;
+/// Even with a CPU per thread, a caller that has spun this long (~5 µs)
+/// yields on every further check: a participant it waits for may be queued
+/// on this very CPU (the scheduler placed it there, or another process holds
+/// its own). A yield with nothing else runnable returns at once, so a long
+/// wait costs a syscall per check, never a time slice of a waiting worker.
+const CALLER_SPINS_BEFORE_YIELD: u32 = 512;
 
 /// Jobs handed to at least one worker since process start, all pools.
 static DISPATCHES: process::AtomicU64 = process::AtomicU64::new(0);

@@ -236,6 +236,8 @@ pub(crate) struct WaitPlan {
     spun: u64,
     epoch: usize,
     parked: bool,
+    /// Counted in `spinners`' slot-less yielders.
+    yielder: bool,
 }
 
 impl WaitPlan {
@@ -246,6 +248,7 @@ impl WaitPlan {
         let started = clock::ticks();
         let adaptive = settings.linger_ns.load(process::Ordering::Relaxed) != 0;
         let mut yield_every_spin = false;
+        let mut yielder = false;
         let (budget, deadline_ticks) = if adaptive {
             let linger = settings.linger_ticks.load(process::Ordering::Relaxed);
             let floor = settings.floor_ticks.load(process::Ordering::Relaxed);
@@ -270,6 +273,7 @@ impl WaitPlan {
                 // No CPU of its own: stay awake, but give the CPU to anyone
                 // who wants it on every iteration.
                 yield_every_spin = true;
+                yielder = true;
                 (spins, ticks)
             }
         } else {
@@ -286,6 +290,19 @@ impl WaitPlan {
             spun: 0,
             epoch: shared.epoch.load(Ordering::Relaxed),
             parked: false,
+            yielder: yielder && {
+                spinners::yielding(true);
+                true
+            },
+        }
+    }
+
+    /// Leaves the slot-less yielders' count, if in it.
+    #[inline]
+    fn stop_yielding(&mut self) {
+        if self.yielder {
+            self.yielder = false;
+            spinners::yielding(false);
         }
     }
 
@@ -293,21 +310,31 @@ impl WaitPlan {
     #[inline]
     pub(crate) fn next(&mut self, shared: &Shared, state: &mut WaitState) -> Step {
         let checkpoint = self.spins.is_multiple_of(CHECK_EVERY) || self.yield_every_spin;
+        let mut hand_over = false;
         if checkpoint && self.adaptive {
             if clock::ticks().wrapping_sub(self.spin_started) >= self.deadline_ticks {
+                self.stop_yielding();
                 return Step::Park;
             }
-            // A caller became active after this worker took its slot: give
-            // the slot back, and yield every spin (or park under a quota).
-            if state.has_spinner_slot && spinners::overdrawn() {
-                state.release_slot();
-                if shared.settings.quota_bounded {
-                    return Step::Park;
+            if state.has_spinner_slot {
+                if spinners::overdrawn() {
+                    // A caller became active after this worker took its
+                    // slot: give it back, and yield every spin (or park
+                    // under a quota).
+                    state.release_slot();
+                    if shared.settings.quota_bounded {
+                        return Step::Park;
+                    }
+                    self.yield_every_spin = true;
+                    self.yielder = true;
+                    spinners::yielding(true);
+                } else {
+                    hand_over = spinners::others_yielding();
                 }
-                self.yield_every_spin = true;
             }
         }
         if self.spins >= self.budget {
+            self.stop_yielding();
             return Step::Park;
         }
         self.spins += 1;
@@ -329,7 +356,7 @@ impl WaitPlan {
             self.spins = 0;
             self.spin_started = clock::ticks();
         }
-        if (self.spun as usize).is_multiple_of(SPINS_BETWEEN_YIELDS) {
+        if hand_over || (self.spun as usize).is_multiple_of(SPINS_BETWEEN_YIELDS) {
             Step::Yield
         } else {
             Step::Spin
@@ -376,7 +403,8 @@ impl WaitPlan {
 
     /// The wait ended with shutdown.
     #[inline]
-    pub(crate) fn stopped(&self, counters: &WorkerCounters) {
+    pub(crate) fn stopped(&mut self, counters: &WorkerCounters) {
+        self.stop_yielding();
         counters.spins.add(self.spun);
     }
 }

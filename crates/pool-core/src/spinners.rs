@@ -9,10 +9,13 @@
 //! caller or a working participant needs.
 //!
 //! - Workers take a slot with a compare-exchange when they start spinning
-//!   and give it back when they park or exit; a worker that finds no free
-//!   slot parks at once. A worker holding a slot that finds the budget
+//!   and give it back when they park or exit. A worker holding a slot that
+//!   finds the budget
 //!   overdrawn (a caller became active after it took its slot) gives its
-//!   slot back and parks: checked when a wait starts and every 64 spins.
+//!   slot back: checked when a wait starts and every 64 spins. A worker
+//!   without a slot stays awake yielding on every spin (parks at once under
+//!   a cgroup quota); while any does, slot holders yield every 64 spins, so
+//!   a yielder sharing a spinner's CPU gets it within microseconds.
 //! - A caller thread becomes *active* at its first dispatch and counts
 //!   until it blocks waiting for another caller's turn or exits (a
 //!   thread-local guard releases it). Callers are never refused: a caller
@@ -31,6 +34,8 @@ use crate::sync::process::{AtomicUsize, Ordering};
 static WORKERS: AtomicUsize = AtomicUsize::new(0);
 /// Active caller threads now.
 static CALLERS: AtomicUsize = AtomicUsize::new(0);
+/// Adaptive workers awake without a slot (yielding on every spin) now.
+static YIELDERS: AtomicUsize = AtomicUsize::new(0);
 /// The most workers + callers ever counted at once while a worker took a
 /// slot (for tests and `pool bench`).
 static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
@@ -86,6 +91,23 @@ pub(crate) fn release() {
     WORKERS.fetch_sub(1, Ordering::Relaxed);
 }
 
+/// A worker without a slot starts (`true`) or stops waiting awake.
+pub(crate) fn yielding(starts: bool) {
+    if starts {
+        YIELDERS.fetch_add(1, Ordering::Relaxed);
+    } else {
+        YIELDERS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether slot-less workers are waiting awake: a slot holder then yields
+/// every 64 spins, so one that shares its CPU gets it within a few µs when
+/// its job comes.
+#[inline]
+pub(crate) fn others_yielding() -> bool {
+    YIELDERS.load(Ordering::Relaxed) != 0
+}
+
 /// Whether workers + callers exceed the limit: a worker holding a slot
 /// then gives it back.
 #[inline]
@@ -99,6 +121,7 @@ pub(crate) fn overdrawn() -> bool {
 pub(crate) fn reset_after_fork() {
     WORKERS.store(0, Ordering::Relaxed);
     CALLERS.store(0, Ordering::Relaxed);
+    YIELDERS.store(0, Ordering::Relaxed);
     #[cfg(not(loom))]
     CALLER.with(|caller| caller.active.set(false));
 }

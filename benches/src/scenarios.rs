@@ -1,0 +1,501 @@
+//! The settings engines run the pool in, each built for real, so that the
+//! pool, rayon and a serial loop can be measured side by side inside it
+//! (`pool bench --scenarios` and the criterion group `scenarios`).
+//!
+//! A [`Scenario`] enters its setting when created (pins the calling
+//! thread, starts a busy or decoding neighbour process, moves this process
+//! into a cgroup with a CPU quota, ...) and leaves it when dropped. Inside,
+//! [`Scenario::time_tokens`] decodes tokens on one kind of executor
+//! ([`Exec`]) the way that setting uses executors (one caller, two callers,
+//! two pools in turn, idle gaps between tokens).
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use pool_core::{Pool, SpinPolicy};
+use pool_matvec::decode::{DecodeExecutor, DecodeModel, Input, Matrix, Serial};
+use pool_matvec::grain_for;
+use rayon::prelude::*;
+
+/// The environment variable that turns a spawned copy of a bench binary
+/// into a decoding neighbour (setting 8): `decode:<seconds>`.
+pub const NEIGHBOUR_ENV: &str = "POOL_BENCH_NEIGHBOUR";
+
+/// The settings, numbered as in the deployment-settings issue.
+pub const SETTINGS: [(u32, &str); 12] = [
+    (1, "baseline: unpinned pool, unpinned caller"),
+    (2, "caller pinned to one CPU before the pool is built"),
+    (3, "Pool::from_env (pinned workers), caller on the plan's CPU"),
+    (4, "two pools used in turn by one thread"),
+    (5, "two pools used at once by two threads"),
+    (6, "one pool shared by two caller threads"),
+    (7, "a busy process on one CPU"),
+    (8, "a second process decoding with its own pool"),
+    (9, "a CPU quota of 1 CPU (cgroup)"),
+    (10, "oversubscribed: 4x as many workers as CPUs"),
+    (11, "bursty: 1 ms idle gaps between tokens"),
+    (12, "bursty: 20 ms idle gaps between tokens"),
+];
+
+/// The fixed budget measured beside the default policy.
+pub const FIXED_BUDGET: usize = 4000;
+
+/// An executor kind measured in every setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Exec {
+    /// The pool with its default (adaptive) policy.
+    PoolDefault,
+    /// The pool with a fixed spin budget of [`FIXED_BUDGET`].
+    PoolFixed,
+    /// rayon, the token's loop inside `install`.
+    RayonInside,
+    /// rayon, entered from outside for every matvec.
+    RayonPerMatvec,
+    /// A serial loop on the calling thread.
+    Serial,
+}
+
+impl Exec {
+    /// Every kind, in table order.
+    pub const ALL: [Exec; 5] = [
+        Exec::PoolDefault,
+        Exec::PoolFixed,
+        Exec::RayonInside,
+        Exec::RayonPerMatvec,
+        Exec::Serial,
+    ];
+
+    /// A short stable name (JSON keys, criterion ids).
+    pub fn name(self) -> &'static str {
+        match self {
+            Exec::PoolDefault => "pool_default",
+            Exec::PoolFixed => "pool_fixed_4000",
+            Exec::RayonInside => "rayon_inside_install",
+            Exec::RayonPerMatvec => "rayon_per_matvec",
+            Exec::Serial => "serial",
+        }
+    }
+}
+
+/// The decode workload on the *current* rayon pool (call inside
+/// `install`): one `par_chunks_mut` per matrix.
+struct RayonHere;
+
+impl DecodeExecutor for RayonHere {
+    fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]) {
+        let threads = rayon::current_num_threads();
+        for (m, out) in mats.iter().zip(outs.iter_mut()) {
+            let grain = grain_for(m.rows(), threads);
+            out.par_chunks_mut(grain)
+                .enumerate()
+                .for_each(|(chunk, o)| m.rows_into(x, chunk * grain, o));
+        }
+    }
+}
+
+/// rayon entered from outside for every matvec.
+struct RayonPerMatvec<'a>(&'a rayon::ThreadPool);
+
+impl DecodeExecutor for RayonPerMatvec<'_> {
+    fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]) {
+        self.0.install(|| RayonHere.matvec_many(mats, x, outs));
+    }
+}
+
+/// Two executors used in turn, one matvec each (a prefill and a decode
+/// pool driven by one thread).
+struct InTurn<'a> {
+    executors: [&'a dyn DecodeExecutor; 2],
+    next: Cell<usize>,
+}
+
+impl DecodeExecutor for InTurn<'_> {
+    fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]) {
+        let turn = self.next.get();
+        self.next.set(turn ^ 1);
+        self.executors[turn].matvec_many(mats, x, outs);
+    }
+}
+
+/// One built executor (pools are built on the thread that enters the
+/// setting, after it pinned itself).
+enum Built {
+    Pool(Pool),
+    Rayon(rayon::ThreadPool),
+    Serial,
+}
+
+impl Built {
+    /// Decodes `tokens` tokens as `exec` does.
+    fn decode(&self, exec: Exec, model: &DecodeModel, tokens: usize) {
+        match (self, exec) {
+            (Built::Pool(pool), _) => {
+                std::hint::black_box(model.decode(pool, tokens));
+            }
+            (Built::Rayon(rayon), Exec::RayonInside) => rayon.install(|| {
+                std::hint::black_box(model.decode(&RayonHere, tokens));
+            }),
+            (Built::Rayon(rayon), _) => {
+                std::hint::black_box(model.decode(&RayonPerMatvec(rayon), tokens));
+            }
+            (Built::Serial, _) => {
+                std::hint::black_box(model.decode(&Serial, tokens));
+            }
+        }
+    }
+
+    fn as_executor(&self) -> Box<dyn DecodeExecutor + '_> {
+        match self {
+            Built::Pool(pool) => Box::new(PoolRef(pool)),
+            Built::Rayon(rayon) => Box::new(RayonPerMatvec(rayon)),
+            Built::Serial => Box::new(Serial),
+        }
+    }
+}
+
+struct PoolRef<'a>(&'a Pool);
+
+impl DecodeExecutor for PoolRef<'_> {
+    fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]) {
+        self.0.matvec_many(mats, x, outs);
+    }
+}
+
+/// What the pool did in a setting, beyond tokens/s.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PoolProbe {
+    /// Median of a hot empty `run` (ns).
+    pub hot_run_ns: f64,
+    /// Unparks per dispatch while decoding.
+    pub unparks_per_dispatch: f64,
+    /// CPU time the process burned in the window after the last token (ms).
+    pub cpu_ms_after_last_token: f64,
+    /// The window (ms).
+    pub idle_window_ms: f64,
+    /// The most CPU that window may take: the linger times the workers.
+    pub linger_allowance_ms: f64,
+}
+
+/// A setting, entered. Dropping it leaves the setting.
+pub struct Scenario {
+    number: u32,
+    cpus: Vec<usize>,
+    workers: usize,
+    /// Mask of the entering thread, restored on drop (settings 2, 3).
+    restore_mask: Option<Vec<usize>>,
+    neighbour: Option<Child>,
+    quota: Option<testkit::CpuQuotaGroup>,
+    throttled_at_entry: Option<u64>,
+    built: HashMap<(Exec, usize), Built>,
+}
+
+impl Scenario {
+    /// Enters setting `number` (see [`SETTINGS`]). An error is the reason
+    /// the setting cannot be built here (e.g. no cgroup without root).
+    pub fn enter(number: u32) -> Result<Scenario, String> {
+        let cpus = pool_topo::process_affinity_cpus();
+        let usable = pool_topo::usable_cpus();
+        let mut s = Scenario {
+            number,
+            workers: usable.saturating_sub(1).max(1),
+            cpus,
+            restore_mask: None,
+            neighbour: None,
+            quota: None,
+            throttled_at_entry: None,
+            built: HashMap::new(),
+        };
+        match number {
+            2 => s.pin_caller(s.cpus[0])?,
+            3 => {
+                let width = pool_topo::resolve_cpu_threads(None);
+                let plan = pool_topo::plan_cpu_pool(width.threads, false);
+                s.workers = plan.workers.max(1);
+                if let Some(cpu) = plan.caller_cpu {
+                    s.pin_caller(cpu)?;
+                }
+            }
+            7 => s.neighbour = Some(busy_process(*s.cpus.last().unwrap())?),
+            8 => s.neighbour = Some(decoding_process()?),
+            9 => {
+                let name = format!("pool-bench-{}", std::process::id());
+                let group = testkit::CpuQuotaGroup::create(&name, 1.0)?;
+                group
+                    .add_process(std::process::id())
+                    .map_err(|err| format!("cannot join cgroup {name}: {err}"))?;
+                s.throttled_at_entry = group.throttled_periods();
+                s.quota = Some(group);
+                // The pool sizes itself inside the quota, as it would there.
+                s.workers = pool_topo::usable_cpus().saturating_sub(1).max(1);
+            }
+            10 => s.workers = 4 * usable,
+            1 | 4 | 5 | 6 | 11 | 12 => {}
+            _ => return Err(format!("no setting {number}")),
+        }
+        if s.neighbour.is_some() {
+            // Let the neighbour get going.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(s)
+    }
+
+    /// The setting's number.
+    pub fn number(&self) -> u32 {
+        self.number
+    }
+
+    /// Workers of the pools built here (participants minus the caller).
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// The cgroup version and the periods throttled since entering (setting
+    /// 9).
+    pub fn throttling(&self) -> Option<(&'static str, u64)> {
+        let group = self.quota.as_ref()?;
+        let now = group.throttled_periods()?;
+        Some((
+            group.version(),
+            now.saturating_sub(self.throttled_at_entry.unwrap_or(0)),
+        ))
+    }
+
+    /// At least `tokens`; under a quota, enough tokens to span several
+    /// 100 ms periods, so throttled time is in the sample.
+    pub fn tokens_per_sample(&self, tokens: usize) -> usize {
+        if self.quota.is_some() {
+            tokens.max(12)
+        } else {
+            tokens.max(1)
+        }
+    }
+
+    fn pin_caller(&mut self, cpu: usize) -> Result<(), String> {
+        self.restore_mask = Some(pool_topo::thread_affinity_cpus());
+        pool_topo::pin_current_thread(&[cpu]).map_err(|err| format!("pin to CPU {cpu}: {err}"))
+    }
+
+    /// Builds (once) the executor `exec` number `copy` of this setting.
+    fn built(&mut self, exec: Exec, copy: usize) -> &Built {
+        let workers = self.workers;
+        let number = self.number;
+        self.built.entry((exec, copy)).or_insert_with(|| {
+            let policy = match exec {
+                Exec::PoolFixed => SpinPolicy::Fixed(FIXED_BUDGET),
+                _ => SpinPolicy::adaptive(),
+            };
+            match exec {
+                Exec::PoolDefault | Exec::PoolFixed => {
+                    let mut builder = Pool::builder().workers(workers).spin_policy(policy);
+                    if number == 3 {
+                        let width = pool_topo::resolve_cpu_threads(None);
+                        let plan = pool_topo::plan_cpu_pool(width.threads, false);
+                        if plan.workers == workers {
+                            builder = builder.pin_workers(plan.worker_cpus);
+                        }
+                    }
+                    Built::Pool(builder.build().expect("spawn the pool's workers"))
+                }
+                Exec::RayonInside | Exec::RayonPerMatvec => Built::Rayon(
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(workers + 1)
+                        .build()
+                        .expect("build the rayon pool"),
+                ),
+                Exec::Serial => Built::Serial,
+            }
+        })
+    }
+
+    /// Wall time per token, decoding `tokens` tokens on `exec` the way this
+    /// setting uses executors. With two callers (5, 6) it is the wall time
+    /// over the tokens both decoded; with idle gaps (11, 12) the gaps are
+    /// not counted.
+    pub fn time_tokens(&mut self, exec: Exec, model: &DecodeModel, tokens: usize) -> Duration {
+        let tokens = self.tokens_per_sample(tokens);
+        match self.number {
+            4 => {
+                self.built(exec, 0);
+                self.built(exec, 1);
+                let (a, b) = (&self.built[&(exec, 0)], &self.built[&(exec, 1)]);
+                let (a, b) = (a.as_executor(), b.as_executor());
+                let in_turn = InTurn {
+                    executors: [a.as_ref(), b.as_ref()],
+                    next: Cell::new(0),
+                };
+                let start = Instant::now();
+                std::hint::black_box(model.decode(&in_turn, tokens));
+                start.elapsed() / tokens as u32
+            }
+            5 | 6 => {
+                let copies = if self.number == 5 { [0, 1] } else { [0, 0] };
+                for copy in copies {
+                    self.built(exec, copy);
+                }
+                let built = &self.built;
+                let start = Instant::now();
+                std::thread::scope(|scope| {
+                    for copy in copies {
+                        let executor = &built[&(exec, copy)];
+                        scope.spawn(move || executor.decode(exec, model, tokens));
+                    }
+                });
+                start.elapsed() / (2 * tokens) as u32
+            }
+            11 | 12 => {
+                let gap = Duration::from_millis(if self.number == 11 { 1 } else { 20 });
+                let executor = self.built(exec, 0);
+                let mut total = Duration::ZERO;
+                for _ in 0..tokens {
+                    std::thread::sleep(gap);
+                    let start = Instant::now();
+                    executor.decode(exec, model, 1);
+                    total += start.elapsed();
+                }
+                total / tokens as u32
+            }
+            _ => {
+                let executor = self.built(exec, 0);
+                let start = Instant::now();
+                executor.decode(exec, model, tokens);
+                start.elapsed() / tokens as u32
+            }
+        }
+    }
+
+    /// The default pool's hot empty `run`, unparks per dispatch over
+    /// `tokens` tokens, and the CPU it burns after the last token.
+    /// Call it last: it drops every other executor first, so their idle
+    /// threads do not count in the CPU burned after the last token.
+    pub fn probe_pool(&mut self, model: &DecodeModel, tokens: usize) -> PoolProbe {
+        let workers = self.workers;
+        self.built.retain(|(exec, copy), _| *exec == Exec::PoolDefault && *copy == 0);
+        // Let the dropped executors' threads wind down.
+        std::thread::sleep(Duration::from_millis(20));
+        self.time_tokens(Exec::PoolDefault, model, 1);
+        let Built::Pool(pool) = self.built(Exec::PoolDefault, 0) else {
+            unreachable!("the default executor is a pool")
+        };
+        let before = pool.stats();
+        std::hint::black_box(model.decode(pool, tokens.max(1)));
+        let unparks_per_dispatch = pool.stats().since(&before).unparks_per_dispatch();
+        let hot_run_ns = crate::time_per_iter(9, 2000, || pool.run(&|_, _| {})).median;
+        let window = Duration::from_millis(200);
+        std::hint::black_box(model.decode(pool, 1));
+        let cpu_before = process_cpu_ms();
+        let threads_before = if std::env::var_os("POOL_DEBUG_THREADS").is_some() { thread_ticks() } else { Vec::new() };
+        std::thread::sleep(window);
+        let cpu_ms_after_last_token = process_cpu_ms() - cpu_before;
+        if std::env::var_os("POOL_DEBUG_THREADS").is_some() {
+            let after = thread_ticks();
+            for (name, t) in &after {
+                let b = threads_before.iter().find(|(n, _)| n == name).map_or(0, |x| x.1);
+                if *t > b { eprintln!("  {name}: {} ticks", t - b); }
+            }
+        }
+        PoolProbe {
+            hot_run_ns,
+            unparks_per_dispatch,
+            cpu_ms_after_last_token,
+            idle_window_ms: window.as_secs_f64() * 1e3,
+            linger_allowance_ms: pool_core::DEFAULT_LINGER.as_secs_f64() * 1e3 * workers as f64,
+        }
+    }
+}
+
+impl Drop for Scenario {
+    fn drop(&mut self) {
+        // Executors first: their threads must not outlive the setting's
+        // cgroup or pins.
+        self.built.clear();
+        if let Some(mut child) = self.neighbour.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.quota = None;
+        if let Some(mask) = self.restore_mask.take() {
+            let _ = pool_topo::pin_current_thread(&mask);
+        }
+    }
+}
+
+/// CPU time this process used, in ms (user + system).
+pub fn process_cpu_ms() -> f64 {
+    // SAFETY: `usage` is a valid out-pointer; RUSAGE_SELF always succeeds.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    ms(usage.ru_utime) + ms(usage.ru_stime)
+}
+
+/// A busy-looping process pinned to `cpu` (a shell loop: no dependency on
+/// this binary).
+fn busy_process(cpu: usize) -> Result<Child, String> {
+    let child = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .map_err(|err| format!("cannot start a busy process: {err}"))?;
+    pin_process(child.id(), cpu);
+    Ok(child)
+}
+
+/// Pins process `pid` to `cpu` (best effort).
+fn pin_process(pid: u32, cpu: usize) {
+    // SAFETY: cpu_set_t is plain old data; all-zero is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is one of this process's CPUs, below the set's size.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    unsafe { libc::sched_setaffinity(pid as i32, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+}
+
+/// A copy of this binary decoding with its own pool ([`NEIGHBOUR_ENV`]).
+fn decoding_process() -> Result<Child, String> {
+    let exe = std::env::current_exe().map_err(|err| format!("no current exe: {err}"))?;
+    Command::new(exe)
+        .env(NEIGHBOUR_ENV, "decode:120")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|err| format!("cannot start a decoding neighbour: {err}"))
+}
+
+/// Call first in `main` of every binary that enters setting 8: when this
+/// process is the decoding neighbour, decodes with its own default pool
+/// for the requested seconds (or until killed) and exits.
+pub fn neighbour_main_if_requested() {
+    let Ok(request) = std::env::var(NEIGHBOUR_ENV) else {
+        return;
+    };
+    let seconds: u64 = request
+        .strip_prefix("decode:")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let model = DecodeModel::random(
+        pool_matvec::decode::DecodeConfig::default(),
+        pool_matvec::decode::WeightFormat::F32,
+        7,
+    );
+    let pool = Pool::new(pool_topo::usable_cpus().saturating_sub(1).max(1));
+    let end = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < end {
+        std::hint::black_box(model.decode(&pool, 1));
+    }
+    std::process::exit(0);
+}
+
+fn thread_ticks() -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let sched = std::fs::read_to_string(e.path().join("schedstat")).unwrap_or_default();
+        let ns: u64 = sched.split_whitespace().next().and_then(|x| x.parse().ok()).unwrap_or(0);
+        let name = stat.split('(').nth(1).and_then(|x| x.split(')').next()).unwrap_or("?").to_owned();
+        out.push((format!("{name}/{}", e.file_name().to_string_lossy()), ns / 1000));
+    }
+    out
+}

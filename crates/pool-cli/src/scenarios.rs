@@ -1,0 +1,253 @@
+//! `pool bench --scenarios`: the decode workload inside each deployment
+//! setting, every executor side by side in the same run, with the goals
+//! checked (docs/benchmarks.md, "Deployment settings").
+
+use serde::Serialize;
+
+use pool_benches::scenarios::{Exec, Scenario, SETTINGS};
+use pool_benches::Stats;
+use pool_matvec::decode::{DecodeConfig, DecodeModel, WeightFormat};
+
+/// One executor's tokens/s in one setting.
+#[derive(Serialize)]
+pub(crate) struct ExecPoint {
+    executor: &'static str,
+    tokens_per_s_median: f64,
+    tokens_per_s_spread: f64,
+}
+
+/// One setting's row.
+#[derive(Serialize)]
+pub(crate) struct SettingRow {
+    number: u32,
+    setting: &'static str,
+    /// Why the setting was not built here, if it was not.
+    skipped: Option<String>,
+    workers: usize,
+    executors: Vec<ExecPoint>,
+    /// The default pool over the best of rayon and serial.
+    pool_vs_best_baseline: f64,
+    /// The default pool over the best rayon variant.
+    pool_vs_rayon: f64,
+    hot_run_ns: f64,
+    unparks_per_dispatch: f64,
+    cpu_ms_after_last_token: f64,
+    idle_window_ms: f64,
+    linger_allowance_ms: f64,
+    cgroup_version: Option<&'static str>,
+    throttled_periods: Option<u64>,
+    /// Goals this setting misses (empty: all met).
+    misses: Vec<String>,
+}
+
+/// The whole matrix.
+#[derive(Serialize)]
+pub(crate) struct ScenarioReport {
+    model: String,
+    samples: usize,
+    tokens_per_sample: usize,
+    settings: Vec<SettingRow>,
+}
+
+fn median_tokens_per_s(samples: &[f64]) -> Stats {
+    Stats::of(samples.to_vec())
+}
+
+pub(crate) fn measure(quick: bool) -> ScenarioReport {
+    let config = DecodeConfig::default();
+    let model = DecodeModel::random(config, WeightFormat::F32, 7);
+    let (samples, tokens) = if quick { (5, 1) } else { (9, 2) };
+    let mut rows: Vec<SettingRow> = Vec::new();
+    for (number, name) in SETTINGS {
+        eprintln!("scenarios: {number:>2} {name}");
+        let mut scenario = match Scenario::enter(number) {
+            Ok(s) => s,
+            Err(reason) => {
+                rows.push(skipped(number, name, reason));
+                continue;
+            }
+        };
+        // Build and warm every executor, then interleave the samples so
+        // drift hits all alike.
+        for exec in Exec::ALL {
+            scenario.time_tokens(exec, &model, 1);
+        }
+        let mut per_exec: Vec<Vec<f64>> = vec![Vec::new(); Exec::ALL.len()];
+        for _ in 0..samples {
+            for (i, exec) in Exec::ALL.into_iter().enumerate() {
+                let per_token = scenario.time_tokens(exec, &model, tokens);
+                per_exec[i].push(1.0 / per_token.as_secs_f64());
+            }
+        }
+        let probe = scenario.probe_pool(&model, tokens.max(2));
+        let throttling = scenario.throttling();
+        let executors: Vec<ExecPoint> = Exec::ALL
+            .iter()
+            .zip(&per_exec)
+            .map(|(exec, s)| {
+                let stats = median_tokens_per_s(s);
+                ExecPoint {
+                    executor: exec.name(),
+                    tokens_per_s_median: stats.median,
+                    tokens_per_s_spread: stats.spread(),
+                }
+            })
+            .collect();
+        let value = |e: Exec| {
+            executors[Exec::ALL.iter().position(|&x| x == e).unwrap()].tokens_per_s_median
+        };
+        let pool = value(Exec::PoolDefault);
+        let rayon = value(Exec::RayonInside).max(value(Exec::RayonPerMatvec));
+        let best = rayon.max(value(Exec::Serial));
+        rows.push(SettingRow {
+            number,
+            setting: name,
+            skipped: None,
+            workers: scenario.workers(),
+            pool_vs_best_baseline: pool / best,
+            pool_vs_rayon: pool / rayon,
+            hot_run_ns: probe.hot_run_ns,
+            unparks_per_dispatch: probe.unparks_per_dispatch,
+            cpu_ms_after_last_token: probe.cpu_ms_after_last_token,
+            idle_window_ms: probe.idle_window_ms,
+            linger_allowance_ms: probe.linger_allowance_ms,
+            cgroup_version: throttling.map(|t| t.0),
+            throttled_periods: throttling.map(|t| t.1),
+            executors,
+            misses: Vec::new(),
+        });
+        drop(scenario);
+    }
+    check_goals(&mut rows);
+    ScenarioReport {
+        model: format!(
+            "decode {}x{}x{} layers, vocab {}, f32 ({} MB per token)",
+            config.dim,
+            config.hidden,
+            config.layers,
+            config.vocab,
+            config.weight_bytes(WeightFormat::F32) / 1_000_000
+        ),
+        samples,
+        tokens_per_sample: tokens,
+        settings: rows,
+    }
+}
+
+fn skipped(number: u32, name: &'static str, reason: String) -> SettingRow {
+    SettingRow {
+        number,
+        setting: name,
+        skipped: Some(reason),
+        workers: 0,
+        executors: Vec::new(),
+        pool_vs_best_baseline: f64::NAN,
+        pool_vs_rayon: f64::NAN,
+        hot_run_ns: f64::NAN,
+        unparks_per_dispatch: f64::NAN,
+        cpu_ms_after_last_token: f64::NAN,
+        idle_window_ms: f64::NAN,
+        linger_allowance_ms: f64::NAN,
+        cgroup_version: None,
+        throttled_periods: None,
+        misses: Vec::new(),
+    }
+}
+
+/// The goals of the deployment-settings issue, checked on this run.
+fn check_goals(rows: &mut [SettingRow]) {
+    let baseline_hot = rows
+        .iter()
+        .find(|r| r.number == 1 && r.skipped.is_none())
+        .map(|r| r.hot_run_ns);
+    for row in rows.iter_mut().filter(|r| r.skipped.is_none()) {
+        if row.pool_vs_best_baseline < 0.95 {
+            row.misses.push(format!(
+                "pool {:.2}x the best of rayon and serial (goal >= 0.95)",
+                row.pool_vs_best_baseline
+            ));
+        }
+        if row.number <= 3 && row.pool_vs_rayon < 1.0 {
+            row.misses.push(format!(
+                "pool {:.2}x rayon (goal >= 1.0)",
+                row.pool_vs_rayon
+            ));
+        }
+        if let (2 | 3, Some(base)) = (row.number, baseline_hot) {
+            if row.hot_run_ns > 1.25 * base {
+                row.misses.push(format!(
+                    "hot run {:.2}x setting 1's (goal <= 1.25)",
+                    row.hot_run_ns / base
+                ));
+            }
+        }
+        if row.cpu_ms_after_last_token > row.linger_allowance_ms {
+            row.misses.push(format!(
+                "{:.2} ms CPU after the last token (allowance {:.1} ms)",
+                row.cpu_ms_after_last_token, row.linger_allowance_ms
+            ));
+        }
+    }
+}
+
+pub(crate) fn print(report: &ScenarioReport) {
+    println!(
+        "deployment settings: {} ({} samples x {} tokens, medians, tokens/s)",
+        report.model, report.samples, report.tokens_per_sample
+    );
+    print!("{:<4} {:<52}", "#", "setting");
+    for exec in Exec::ALL {
+        print!(" {:>10}", short(exec));
+    }
+    println!(
+        " {:>7} {:>7} {:>9} {:>7} {:>9}",
+        "pool/bst", "pool/ray", "hot ns", "unpk/d", "idle ms"
+    );
+    for row in &report.settings {
+        print!("{:<4} {:<52}", row.number, row.setting);
+        if let Some(reason) = &row.skipped {
+            println!(" skipped: {reason}");
+            continue;
+        }
+        for point in &row.executors {
+            print!(" {:>10.1}", point.tokens_per_s_median);
+        }
+        println!(
+            " {:>7.2} {:>7.2} {:>9.0} {:>7.2} {:>9.2}",
+            row.pool_vs_best_baseline,
+            row.pool_vs_rayon,
+            row.hot_run_ns,
+            row.unparks_per_dispatch,
+            row.cpu_ms_after_last_token
+        );
+        if let (Some(version), Some(periods)) = (row.cgroup_version, row.throttled_periods) {
+            println!("     cgroup {version}: {periods} periods throttled");
+        }
+        for miss in &row.misses {
+            println!("     MISSED: {miss}");
+        }
+    }
+}
+
+fn short(exec: Exec) -> &'static str {
+    match exec {
+        Exec::PoolDefault => "pool",
+        Exec::PoolFixed => "pool-4000",
+        Exec::RayonInside => "rayon-in",
+        Exec::RayonPerMatvec => "rayon-out",
+        Exec::Serial => "serial",
+    }
+}
+
+pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
+    let report = measure(quick);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        print(&report);
+    }
+    Ok(())
+}
