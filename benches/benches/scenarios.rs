@@ -27,9 +27,14 @@ fn scenarios(c: &mut Criterion) {
             }
         };
         for exec in Exec::ALL {
-            group.bench_function(BenchmarkId::new(format!("s{number:02}"), exec.name()), |b| {
-                b.iter_custom(|iters| scenario.time_tokens(exec, &model, iters as usize) * iters as u32)
-            });
+            group.bench_function(
+                BenchmarkId::new(format!("s{number:02}"), exec.name()),
+                |b| {
+                    b.iter_custom(|iters| {
+                        scenario.time_tokens(exec, &model, iters as usize) * iters as u32
+                    })
+                },
+            );
         }
     }
     group.finish();

@@ -27,7 +27,10 @@ pub const NEIGHBOUR_ENV: &str = "POOL_BENCH_NEIGHBOUR";
 pub const SETTINGS: [(u32, &str); 12] = [
     (1, "baseline: unpinned pool, unpinned caller"),
     (2, "caller pinned to one CPU before the pool is built"),
-    (3, "Pool::from_env (pinned workers), caller on the plan's CPU"),
+    (
+        3,
+        "Pool::from_env (pinned workers), caller on the plan's CPU",
+    ),
     (4, "two pools used in turn by one thread"),
     (5, "two pools used at once by two threads"),
     (6, "one pool shared by two caller threads"),
@@ -170,7 +173,8 @@ pub struct PoolProbe {
     pub hot_run_ns: f64,
     /// Unparks per dispatch while decoding.
     pub unparks_per_dispatch: f64,
-    /// CPU time the process burned in the window after the last token (ms).
+    /// CPU time the pool's workers burned in the window after the last
+    /// token (ms; the caller sleeps).
     pub cpu_ms_after_last_token: f64,
     /// The window (ms).
     pub idle_window_ms: f64,
@@ -371,7 +375,8 @@ impl Scenario {
     /// threads do not count in the CPU burned after the last token.
     pub fn probe_pool(&mut self, model: &DecodeModel, tokens: usize) -> PoolProbe {
         let workers = self.workers;
-        self.built.retain(|(exec, copy), _| *exec == Exec::PoolDefault && *copy == 0);
+        self.built
+            .retain(|(exec, copy), _| *exec == Exec::PoolDefault && *copy == 0);
         // Let the dropped executors' threads wind down.
         std::thread::sleep(Duration::from_millis(20));
         self.time_tokens(Exec::PoolDefault, model, 1);
@@ -384,17 +389,10 @@ impl Scenario {
         let hot_run_ns = crate::time_per_iter(9, 2000, || pool.run(&|_, _| {})).median;
         let window = Duration::from_millis(200);
         std::hint::black_box(model.decode(pool, 1));
-        let cpu_before = process_cpu_ms();
-        let threads_before = if std::env::var_os("POOL_DEBUG_THREADS").is_some() { thread_ticks() } else { Vec::new() };
+        let tids = pool.worker_tids();
+        let cpu_before = threads_cpu_ms(&tids);
         std::thread::sleep(window);
-        let cpu_ms_after_last_token = process_cpu_ms() - cpu_before;
-        if std::env::var_os("POOL_DEBUG_THREADS").is_some() {
-            let after = thread_ticks();
-            for (name, t) in &after {
-                let b = threads_before.iter().find(|(n, _)| n == name).map_or(0, |x| x.1);
-                if *t > b { eprintln!("  {name}: {} ticks", t - b); }
-            }
-        }
+        let cpu_ms_after_last_token = threads_cpu_ms(&tids) - cpu_before;
         PoolProbe {
             hot_run_ns,
             unparks_per_dispatch,
@@ -419,18 +417,6 @@ impl Drop for Scenario {
             let _ = pool_topo::pin_current_thread(&mask);
         }
     }
-}
-
-/// CPU time this process used, in ms (user + system).
-pub fn process_cpu_ms() -> f64 {
-    // SAFETY: `usage` is a valid out-pointer; RUSAGE_SELF always succeeds.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
-    ms(usage.ru_utime) + ms(usage.ru_stime)
 }
 
 /// A busy-looping process pinned to `cpu` (a shell loop: no dependency on
@@ -488,14 +474,23 @@ pub fn neighbour_main_if_requested() {
     std::process::exit(0);
 }
 
-fn thread_ticks() -> Vec<(String, u64)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        let sched = std::fs::read_to_string(e.path().join("schedstat")).unwrap_or_default();
-        let ns: u64 = sched.split_whitespace().next().and_then(|x| x.parse().ok()).unwrap_or(0);
-        let name = stat.split('(').nth(1).and_then(|x| x.split(')').next()).unwrap_or("?").to_owned();
-        out.push((format!("{name}/{}", e.file_name().to_string_lossy()), ns / 1000));
-    }
-    out
+/// CPU time the threads `tids` of this process have run, in ms, from
+/// each thread's CPU-time clock (`clock_gettime` on the Linux per-thread
+/// clock id; unlike `/proc/.../schedstat`, it includes a running thread's
+/// current slice). Other processes' and other threads' time is not in it.
+fn threads_cpu_ms(tids: &[i32]) -> f64 {
+    tids.iter()
+        .map(|&tid| {
+            // Linux's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED).
+            let clock = ((!tid) << 3) | 6;
+            // SAFETY: timespec is plain old data; all-zero is valid.
+            let mut now: libc::timespec = unsafe { std::mem::zeroed() };
+            // SAFETY: `now` is a valid out-pointer; an invalid clock id (a
+            // thread that exited) is reported as an error, read as 0.
+            if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
+                return 0.0;
+            }
+            now.tv_sec as f64 * 1e3 + now.tv_nsec as f64 / 1e6
+        })
+        .sum()
 }

@@ -38,6 +38,9 @@ pub(crate) struct Waiting {
     oversubscribed_vs_fitting: f64,
     competing_process_cpu: usize,
     competing: Vec<PolicyPoint>,
+    /// Beside the busy process: the adaptive policy over the best fixed
+    /// budget (interleaved samples).
+    competing_adaptive_vs_best_fixed: f64,
 }
 
 fn name(policy: SpinPolicy) -> String {
@@ -159,20 +162,44 @@ pub(crate) fn measure(model: &DecodeModel, workers: usize, tokens: usize, quick:
     let seconds = if quick { 5 } else { 20 };
     let mut child = competing_process(competing_process_cpu, seconds);
     std::thread::sleep(Duration::from_millis(100));
-    let competing = [
+    // Interleaved: one sample of each policy in turn, with a pause longer
+    // than any policy's spinning between them, so drift (and the busy
+    // process's own phases) hit all alike and no pool's lingering workers
+    // run during another's sample.
+    let competing_policies = [
         SpinPolicy::adaptive(),
         SpinPolicy::Fixed(4000),
+        SpinPolicy::Fixed(20_000),
         SpinPolicy::Fixed(200_000),
-    ]
-    .iter()
-    .map(|&policy| {
-        let pool = pool_with(workers, policy);
-        PolicyPoint {
-            policy: name(policy),
-            tokens_per_s: tokens_per_s(model, &pool, tokens.min(9)),
+    ];
+    let pools: Vec<Pool> = competing_policies
+        .iter()
+        .map(|&policy| pool_with(workers, policy))
+        .collect();
+    let samples = if quick { 7 } else { 15 };
+    let mut per_policy: Vec<Vec<f64>> = vec![Vec::new(); pools.len()];
+    for _ in 0..samples {
+        for (pool, runs) in pools.iter().zip(&mut per_policy) {
+            std::thread::sleep(Duration::from_millis(10));
+            let start = Instant::now();
+            std::hint::black_box(model.decode(pool, 2));
+            runs.push(2.0 / start.elapsed().as_secs_f64());
         }
-    })
-    .collect();
+    }
+    drop(pools);
+    let competing: Vec<PolicyPoint> = competing_policies
+        .iter()
+        .zip(per_policy)
+        .map(|(&policy, runs)| PolicyPoint {
+            policy: name(policy),
+            tokens_per_s: pool_benches::Stats::of(runs).into(),
+        })
+        .collect();
+    let best_fixed_competing = competing[1..]
+        .iter()
+        .map(|p| p.tokens_per_s.median)
+        .fold(0.0, f64::max);
+    let competing_adaptive_vs_best_fixed = competing[0].tokens_per_s.median / best_fixed_competing;
     if let Some(child) = child.as_mut() {
         let _ = child.kill();
         let _ = child.wait();
@@ -187,6 +214,7 @@ pub(crate) fn measure(model: &DecodeModel, workers: usize, tokens: usize, quick:
         oversubscribed_tokens_per_s,
         competing_process_cpu,
         competing,
+        competing_adaptive_vs_best_fixed,
     }
 }
 
@@ -210,11 +238,18 @@ pub(crate) fn print(w: &Waiting) {
         "  oversubscribed ({} workers): {:.1} tokens/s, {:.2}x the fitting pool",
         w.oversubscribed_workers, w.oversubscribed_tokens_per_s.median, w.oversubscribed_vs_fitting
     );
-    println!("  with a busy process on CPU {}:", w.competing_process_cpu);
+    println!(
+        "  with a busy process on CPU {} (interleaved samples):",
+        w.competing_process_cpu
+    );
     for p in &w.competing {
         println!(
             "    {:<32} {:>8.1} tokens/s",
             p.policy, p.tokens_per_s.median
         );
     }
+    println!(
+        "    adaptive / best fixed: {:.3}",
+        w.competing_adaptive_vs_best_fixed
+    );
 }

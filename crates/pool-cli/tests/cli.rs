@@ -202,7 +202,12 @@ fn bench_quick_json_has_every_field_with_sane_values() {
             .len(),
         4
     );
-    assert_eq!(r["waiting"]["competing"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        r["waiting"]["competing"].as_array().unwrap().len(),
+        4,
+        "adaptive + 3 fixed budgets beside a busy process"
+    );
+    positive(&["waiting", "competing_adaptive_vs_best_fixed"]);
     let share = r["decode"]["caller_wait_share"].as_f64().unwrap();
     assert!((0.0..1.0).contains(&share), "{share}");
     positive(&["decode", "dispatches_per_token"]);
@@ -233,4 +238,32 @@ fn tune_sweeps_a_tiny_grid_and_recommends_a_setting() {
     let drawn = std::fs::read_to_string(&svg).unwrap();
     assert!(drawn.contains("<svg") && drawn.contains("spin 4000"));
     let _ = std::fs::remove_file(svg);
+}
+
+#[test]
+fn bench_scenarios_quick_json_reports_every_setting() {
+    let r = json(&["bench", "--scenarios", "--quick", "--json"]);
+    let settings = r["settings"].as_array().unwrap();
+    assert_eq!(settings.len(), 12, "settings 1-12");
+    for s in settings {
+        let number = s["number"].as_u64().unwrap();
+        if let Some(reason) = s["skipped"].as_str() {
+            assert!(
+                !reason.is_empty(),
+                "setting {number} skipped without a reason"
+            );
+            continue;
+        }
+        let execs = s["executors"].as_array().unwrap();
+        assert_eq!(execs.len(), 5, "setting {number}");
+        for e in execs {
+            let tps = e["tokens_per_s_median"].as_f64().unwrap();
+            assert!(tps.is_finite() && tps > 0.0, "setting {number}: {e}");
+        }
+        for key in ["pool_vs_best_baseline", "hot_run_ns", "linger_allowance_ms"] {
+            let v = s[key].as_f64().unwrap();
+            assert!(v.is_finite() && v > 0.0, "setting {number}: {key} = {v}");
+        }
+        assert!(s["misses"].is_array());
+    }
 }
