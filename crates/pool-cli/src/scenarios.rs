@@ -36,6 +36,9 @@ pub(crate) struct SettingRow {
     linger_allowance_ms: f64,
     cgroup_version: Option<&'static str>,
     throttled_periods: Option<u64>,
+    /// Foreign load seen at the end of the setting (CPUs other processes
+    /// kept busy on this process's CPUs: `pool_core::foreign_cpus`).
+    foreign_cpus: f64,
     /// Goals this setting misses (empty: all met).
     misses: Vec<String>,
 }
@@ -124,6 +127,7 @@ pub(crate) fn measure(quick: bool) -> ScenarioReport {
             linger_allowance_ms: probe.linger_allowance_ms,
             cgroup_version: throttling.map(|t| t.0),
             throttled_periods: throttling.map(|t| t.1),
+            foreign_cpus: pool_core::foreign_cpus(),
             executors,
             misses: Vec::new(),
         });
@@ -161,6 +165,7 @@ fn skipped(number: u32, name: &'static str, reason: String) -> SettingRow {
         linger_allowance_ms: f64::NAN,
         cgroup_version: None,
         throttled_periods: None,
+        foreign_cpus: f64::NAN,
         misses: Vec::new(),
     }
 }
@@ -211,8 +216,8 @@ pub(crate) fn print(report: &ScenarioReport) {
         print!(" {:>10}", short(exec));
     }
     println!(
-        " {:>7} {:>7} {:>9} {:>7} {:>9}",
-        "pool/bst", "pool/ray", "hot ns", "unpk/d", "idle ms"
+        " {:>7} {:>7} {:>9} {:>7} {:>9} {:>7}",
+        "pool/bst", "pool/ray", "hot ns", "unpk/d", "idle ms", "foreign"
     );
     for row in &report.settings {
         print!("{:<4} {:<52}", row.number, row.setting);
@@ -224,12 +229,13 @@ pub(crate) fn print(report: &ScenarioReport) {
             print!(" {:>10.1}", point.tokens_per_s_median);
         }
         println!(
-            " {:>7.2} {:>7.2} {:>9.0} {:>7.2} {:>9.2}",
+            " {:>7.2} {:>7.2} {:>9.0} {:>7.2} {:>9.2} {:>7.2}",
             row.pool_vs_best_baseline,
             row.pool_vs_rayon,
             row.hot_run_ns,
             row.unparks_per_dispatch,
-            row.cpu_ms_after_last_token
+            row.cpu_ms_after_last_token,
+            row.foreign_cpus
         );
         if let (Some(version), Some(periods)) = (row.cgroup_version, row.throttled_periods) {
             println!("     cgroup {version}: {periods} periods throttled");

@@ -381,13 +381,22 @@ impl Shared {
     /// re-raising a participant's panic. `threads[i]` is worker `i`'s handle.
     ///
     /// Runs the whole job inline as `f(0, 1)` instead when no worker is
-    /// invited, when this thread is already inside a job of this pool (its
+    /// invited (also when foreign load leaves no CPU for one: `load.rs`),
+    /// when this thread is already inside a job of this pool (its
     /// turn is held by this very job), when this thread is inside a job of
     /// another pool and this pool's turn is taken (waiting could close a
     /// cycle: see "Nesting" in docs/design.md), or in a forked child (the
     /// workers do not exist there).
     pub(crate) fn run(&self, threads: &[Thread], invited: usize, f: &JobFn<'_>) {
-        let invited = invited.min(self.slots.len());
+        // Other processes busy on this process's CPUs: invite only as many
+        // workers as there are CPUs left for them (none: run inline). A
+        // worker that must share its CPU with a busy process holds its
+        // grain for that process's whole time slice, and the barrier waits
+        // for it: measured beside a busy process on one of 2 CPUs, serial
+        // 29.8 tokens/s, a pool that invited its worker anyway 15.0.
+        load::maybe_sample(clock::ticks(), self.ns_per_tick);
+        let invited =
+            load::fit_to_free_cpus(invited.min(self.slots.len()), self.settings.usable_cpus);
         let id = self.id();
         let nested_here = if self.has_bug(SeededBug::NestingSeesInnermostOnly) {
             ACTIVE_POOLS.with(|active| active.borrow().last() == Some(&id))
@@ -524,7 +533,6 @@ impl Shared {
         DISPATCHES.fetch_add(1, process::Ordering::Relaxed);
         // 4. The caller's share, as the last participant.
         let share_start = clock::ticks();
-        load::maybe_sample(share_start, self.ns_per_tick);
         let caller_result = panic::catch_unwind(AssertUnwindSafe(|| {
             with_active_pool(id, || f(invited, participants))
         }));

@@ -10,8 +10,11 @@
 //! interval is the CPUs other processes used *where this process runs*. A
 //! busy process on CPUs this process may not use is no load for it. When
 //! that plus a pool's threads exceeds the CPUs this process may use, the
-//! pool is crowded ([`crowded`]). Linux only; elsewhere (and under loom and
-//! Miri) it reads as no load.
+//! pool is crowded ([`crowded`]): the waiting caller yields early, and a job
+//! invites only as many workers as the CPUs other processes leave free
+//! ([`fit_to_free_cpus`]; none: the job runs inline, as fast as a serial
+//! loop). Linux only; elsewhere (and under loom and Miri) it reads as no
+//! load.
 
 use crate::sync::process::{AtomicU64, Ordering};
 
@@ -58,12 +61,15 @@ fn sample(interval_ns: f64, first: bool) {
     if first || interval_ns <= 0.0 {
         return;
     }
-    let foreign = foreign_cpus_between(
+    let sample = foreign_cpus_between(
         system.saturating_sub(last_system),
         process.saturating_sub(last_process),
         interval_ns,
     );
-    FOREIGN_CPUS.store(foreign.to_bits(), Ordering::Relaxed);
+    // Smoothed over about two samples: busy time in /proc/stat is counted
+    // in ticks, and over 50 ms its rounding alone is worth ~0.2 CPU.
+    let smoothed = 0.5 * foreign_cpus() + 0.5 * sample;
+    FOREIGN_CPUS.store(smoothed.to_bits(), Ordering::Relaxed);
 }
 
 /// CPUs other processes kept busy over an interval of `interval_ns`, from
@@ -84,7 +90,27 @@ pub(crate) fn crowded(foreign: f64, pool_threads: usize, usable_cpus: usize) -> 
     foreign > 0.5 && foreign + pool_threads as f64 > usable_cpus as f64
 }
 
-/// Busy jiffies (all fields but idle and iowait) summed over the per-CPU
+/// The workers a job may invite when other processes keep `foreign` CPUs
+/// busy out of `usable_cpus`: one CPU is the caller's, the rest that other
+/// processes leave free are for workers. Below half a CPU of foreign load
+/// (jiffy noise) nothing changes.
+#[inline]
+pub(crate) fn fit_to_free_cpus(invited: usize, usable_cpus: usize) -> usize {
+    let foreign = foreign_cpus();
+    if foreign <= 0.5 {
+        return invited;
+    }
+    fit(invited, usable_cpus, foreign)
+}
+
+/// [`fit_to_free_cpus`] for a given foreign load.
+#[inline]
+fn fit(invited: usize, usable_cpus: usize, foreign: f64) -> usize {
+    let taken = foreign.round() as usize;
+    invited.min(usable_cpus.saturating_sub(taken).saturating_sub(1))
+}
+
+/// Busy jiffies (all fields but idle, iowait and steal) summed over the per-CPU
 /// lines `cpuN` of a `/proc/stat` text for the CPUs in `cpus`.
 pub(crate) fn busy_jiffies_of(stat: &str, cpus: &[usize]) -> Option<u64> {
     let mut total = 0u64;
@@ -106,7 +132,10 @@ pub(crate) fn busy_jiffies_of(stat: &str, cpus: &[usize]) -> Option<u64> {
             .split_whitespace()
             .filter_map(|f| f.parse().ok())
             .collect();
-        let all: u64 = fields.iter().take(8).sum();
+        // user nice system idle iowait irq softirq steal: busy is all but
+        // idle, iowait and steal (time the hypervisor ran another guest
+        // slows every thread alike; it is not a process beside ours).
+        let all: u64 = fields.iter().take(7).sum();
         let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
         total += all.saturating_sub(idle);
         found = true;
@@ -204,6 +233,18 @@ intr 1 2 3
     fn this_processs_own_time_is_not_foreign_load() {
         // Mask {0, 2}: 1.5 CPUs busy, 1.5 of them this process's own.
         assert_eq!(foreign_on(&[0, 2], 1_500_000), 0.0);
+    }
+
+    #[test]
+    fn foreign_load_shrinks_a_job_to_the_cpus_it_leaves_free() {
+        // 2 CPUs, a busy process on one: the caller alone (inline).
+        assert_eq!(fit(1, 2, 1.0), 0);
+        // 16 CPUs, one busy: 14 workers + the caller still fit.
+        assert_eq!(fit(15, 16, 1.0), 14);
+        // A limited job that already fits is left alone.
+        assert_eq!(fit(3, 16, 2.2), 3);
+        // Everything taken: inline, never an underflow.
+        assert_eq!(fit(7, 8, 9.0), 0);
     }
 
     #[test]
