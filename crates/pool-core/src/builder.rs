@@ -8,6 +8,7 @@ use crate::dispatch::Shared;
 use crate::env::spin_policy_from_env;
 use crate::policy::SpinPolicy;
 use crate::pool::Pool;
+use crate::priority::{QosClass, SchedPolicy, WorkerPriority};
 use crate::sync::{process, thread, Arc};
 use crate::worker::run_worker;
 
@@ -35,6 +36,7 @@ pub struct PoolBuilder {
     assume_cpus: Option<usize>,
     stack_size: Option<usize>,
     contexts: Vec<process::Arc<dyn JobContext>>,
+    priority: WorkerPriority,
     #[cfg(loom)]
     seeded_bug: Option<crate::seeded::SeededBug>,
 }
@@ -72,6 +74,7 @@ impl PoolBuilder {
             assume_cpus: None,
             stack_size: None,
             contexts: Vec::new(),
+            priority: WorkerPriority::platform_default(),
             #[cfg(loom)]
             seeded_bug: None,
         }
@@ -108,6 +111,41 @@ impl PoolBuilder {
     pub fn pin_workers(mut self, cpus: Vec<usize>) -> Self {
         self.worker_cpus = Some(cpus);
         self
+    }
+
+    /// The workers' QoS class on macOS (default: user-interactive, so the
+    /// pool's placement never depends on the class of the thread that built
+    /// it). Ignored elsewhere: Linux and Android have no QoS classes.
+    pub fn qos(mut self, class: QosClass) -> Self {
+        self.priority.qos = Some(class);
+        self
+    }
+
+    /// The workers' nice value (Linux, Android; `setpriority` on each
+    /// worker thread). `build` returns the OS error if it is refused (a
+    /// negative value needs privilege), and `Unsupported` elsewhere.
+    pub fn nice(mut self, nice: i32) -> Self {
+        self.priority.nice = Some(nice);
+        self
+    }
+
+    /// The workers' scheduling policy (Linux, Android;
+    /// `sched_setscheduler` on each worker thread). `build` returns the OS
+    /// error if it is refused, and `Unsupported` elsewhere.
+    pub fn sched_policy(mut self, policy: SchedPolicy) -> Self {
+        self.priority.policy = Some(policy);
+        self
+    }
+
+    /// Drops any `pin_workers` request: workers run on the process's CPUs.
+    pub fn unpinned(mut self) -> Self {
+        self.worker_cpus = None;
+        self
+    }
+
+    /// The worker count this builder will spawn.
+    pub fn worker_count(&self) -> usize {
+        self.workers
     }
 
     /// Names the threads `{prefix}-{i}`.
@@ -207,13 +245,20 @@ impl PoolBuilder {
             let widen = widen.clone();
             let pin = self.worker_cpus.as_ref().map(|cpus| cpus[index]);
             let hook = self.on_start.clone();
+            let priority = self.priority;
             let mut builder =
                 thread::Builder::new().name(format!("{}-{index}", self.thread_name_prefix));
             if let Some(bytes) = self.stack_size {
                 builder = builder.stack_size(bytes);
             }
             let spawned = builder.spawn(move || {
-                startup.register(index, pin, widen.as_ref().as_ref(), hook.as_deref());
+                startup.register(
+                    index,
+                    pin,
+                    widen.as_ref().as_ref(),
+                    priority,
+                    hook.as_deref(),
+                );
                 drop(startup);
                 run_worker(shared, index);
             });
@@ -231,6 +276,7 @@ impl PoolBuilder {
         }
         pool.threads = threads.into_boxed_slice();
         pool.tids = startup.wait_all(self.workers)?;
+        crate::global::registry::add(pool.shared.id(), &pool.tids);
         tracing::debug!(
             workers = self.workers,
             ?policy,
@@ -291,6 +337,7 @@ fn quota_bounded() -> bool {
 mod startup {
     use std::io;
 
+    use crate::priority::WorkerPriority;
     use crate::sync::{lock, Condvar, Mutex};
 
     #[derive(Default)]
@@ -318,6 +365,7 @@ mod startup {
             index: usize,
             pin: Option<usize>,
             widen: Option<&Vec<usize>>,
+            priority: WorkerPriority,
             hook: Option<&(dyn Fn(usize) + Send + Sync)>,
         ) {
             if let Some(cpus) = widen {
@@ -335,6 +383,10 @@ mod startup {
                     .err()
                     .map(|err| format!("worker {index}: pinning to CPU {cpu} failed: {err}"))
             });
+            let priority_error = priority
+                .apply()
+                .err()
+                .map(|err| format!("worker {index}: {err}"));
             let hook_error = hook.and_then(|hook| {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(index)))
                     .err()
@@ -343,6 +395,7 @@ mod startup {
             let mut record = lock(&self.record);
             record.tids.push((index, current_tid()));
             record.errors.extend(pin_error);
+            record.errors.extend(priority_error);
             record.errors.extend(hook_error);
             drop(record);
             self.changed.notify_all();
@@ -383,6 +436,8 @@ mod startup {
 mod startup {
     use std::io;
 
+    use crate::priority::WorkerPriority;
+
     pub(super) struct Startup;
 
     impl Startup {
@@ -395,6 +450,7 @@ mod startup {
             index: usize,
             _pin: Option<usize>,
             _widen: Option<&Vec<usize>>,
+            _priority: WorkerPriority,
             hook: Option<&(dyn Fn(usize) + Send + Sync)>,
         ) {
             if let Some(hook) = hook {

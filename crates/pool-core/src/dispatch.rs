@@ -56,7 +56,6 @@
 
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::TryLockError;
 
 use crossbeam_utils::CachePadded;
 
@@ -69,6 +68,7 @@ use crate::policy::{linger_spins, ticks_per_spin, SpinPolicy, MIN_ADAPTIVE_SPIN}
 use crate::seeded::SeededBug;
 use crate::spinners;
 use crate::stats::{self, CallerCounters, PoolStats, WorkerCounters};
+use crate::sync::process::TryLockError;
 use crate::sync::{fence, lock, process, spin_loop, thread, thread_local};
 use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, UnsafeCell};
 
@@ -394,9 +394,16 @@ impl Shared {
         // grain for that process's whole time slice, and the barrier waits
         // for it: measured beside a busy process on one of 2 CPUs, serial
         // 29.8 tokens/s, a pool that invited its worker anyway 15.0.
+        // It is the adaptive policy's response; a fixed budget does exactly
+        // what it is told (and tests that count participants stay exact on
+        // a loaded machine).
         load::maybe_sample(clock::ticks(), self.ns_per_tick);
-        let invited =
-            load::fit_to_free_cpus(invited.min(self.slots.len()), self.settings.usable_cpus);
+        let invited = invited.min(self.slots.len());
+        let invited = if self.settings.linger_ns.load(process::Ordering::Relaxed) != 0 {
+            load::fit_to_free_cpus(invited, self.settings.usable_cpus)
+        } else {
+            invited
+        };
         let id = self.id();
         let nested_here = if self.has_bug(SeededBug::NestingSeesInnermostOnly) {
             ACTIVE_POOLS.with(|active| active.borrow().last() == Some(&id))

@@ -26,12 +26,14 @@ mod context;
 mod dispatch;
 mod env;
 mod fork;
+mod global;
 mod idle;
 mod job;
 mod load;
 mod placement;
 mod policy;
 mod pool;
+mod priority;
 mod seeded;
 mod sides;
 mod spinners;
@@ -45,9 +47,11 @@ pub use dispatch::dispatch_count;
 pub use env::{
     parse_spin_policy, spin_policy_from_env, InvalidSpinBudget, DEFAULT_SPIN_BUDGET, SPIN_ENV,
 };
+pub use global::{all_worker_tids, global, init_global};
 pub use load::foreign_cpus;
 pub use policy::{spin_iteration_ns, SpinPolicy, DEFAULT_LINGER, MIN_ADAPTIVE_SPIN};
 pub use pool::Pool;
+pub use priority::{current_qos_name, QosClass, SchedPolicy};
 pub use sides::Side;
 pub use spinners::{active_callers, spinner_limit, spinning_workers, spinning_workers_high_water};
 pub use stats::{PoolStats, WAIT_BUCKET_BOUNDS_NS};

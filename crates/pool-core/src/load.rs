@@ -112,6 +112,7 @@ fn fit(invited: usize, usable_cpus: usize, foreign: f64) -> usize {
 
 /// Busy jiffies (all fields but idle, iowait and steal) summed over the per-CPU
 /// lines `cpuN` of a `/proc/stat` text for the CPUs in `cpus`.
+#[cfg_attr(not(all(target_os = "linux", not(miri), not(loom))), allow(dead_code))]
 pub(crate) fn busy_jiffies_of(stat: &str, cpus: &[usize]) -> Option<u64> {
     let mut total = 0u64;
     let mut found = false;
@@ -146,7 +147,7 @@ pub(crate) fn busy_jiffies_of(stat: &str, cpus: &[usize]) -> Option<u64> {
 /// Busy jiffies of this process's CPUs.
 #[cfg(all(target_os = "linux", not(miri), not(loom)))]
 fn own_cpus_busy_jiffies() -> Option<u64> {
-    use std::sync::Mutex;
+    use crate::sync::process::Mutex;
     /// The process's CPUs and when they were read (`clock::ticks`).
     static CPUS: Mutex<(Vec<usize>, u64)> = Mutex::new((Vec::new(), 0));
     let now = crate::clock::ticks();

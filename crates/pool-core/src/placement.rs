@@ -4,6 +4,7 @@ use std::io;
 
 use pool_topo::{plan_cpu_pool, resolve_cpu_threads, CpuPoolPlan};
 
+use crate::builder::PoolBuilder;
 use crate::pool::Pool;
 
 impl Pool {
@@ -12,18 +13,23 @@ impl Pool {
     /// `RAYON_NUM_THREADS`, else physical performance cores), workers pinned
     /// per [`pool_topo::plan_cpu_pool`]. `None` when the width is 1: run
     /// serially. A refused pin is logged and the pool built unpinned.
+    ///
+    /// # Panics
+    ///
+    /// If the OS refuses to spawn the workers even unpinned; use
+    /// [`PoolBuilder::from_env`] to get that as an error.
     pub fn from_env() -> Option<Pool> {
-        let width = resolve_cpu_threads(None);
-        let plan = plan_cpu_pool(width.threads, false);
-        tracing::debug!(threads = width.threads, source = %width.source, ?plan, "pool-core: from_env");
-        if plan.workers == 0 {
+        let builder = PoolBuilder::from_env();
+        if builder.worker_count() == 0 {
             return None;
         }
-        match Pool::from_plan(&plan) {
+        match builder.build() {
             Ok(pool) => Some(pool),
             Err(err) => {
                 tracing::warn!(%err, "pool-core: pinning refused; building the pool unpinned");
-                Some(Pool::new(plan.workers))
+                Some(Pool::expect_built(
+                    PoolBuilder::from_env().unpinned().build(),
+                ))
             }
         }
     }
@@ -31,9 +37,27 @@ impl Pool {
     /// A pool laid out by `plan`: `plan.workers` workers, worker `i` pinned
     /// to `plan.worker_cpus[i]`.
     pub fn from_plan(plan: &CpuPoolPlan) -> io::Result<Pool> {
-        Pool::builder()
+        PoolBuilder::from_plan(plan).build()
+    }
+}
+
+impl PoolBuilder {
+    /// A builder sized and placed for this machine: width from
+    /// [`pool_topo::resolve_cpu_threads`], workers pinned per
+    /// [`pool_topo::plan_cpu_pool`] (width 1: zero workers, a caller-only
+    /// pool). Add a context, names or a policy, then `build`.
+    pub fn from_env() -> PoolBuilder {
+        let width = resolve_cpu_threads(None);
+        let plan = plan_cpu_pool(width.threads, false);
+        tracing::debug!(threads = width.threads, source = %width.source, ?plan, "pool-core: from_env");
+        PoolBuilder::from_plan(&plan)
+    }
+
+    /// A builder laid out by `plan`: `plan.workers` workers, worker `i`
+    /// pinned to `plan.worker_cpus[i]`.
+    pub fn from_plan(plan: &CpuPoolPlan) -> PoolBuilder {
+        PoolBuilder::new()
             .workers(plan.workers)
             .pin_workers(plan.worker_cpus.clone())
-            .build()
     }
 }

@@ -29,8 +29,19 @@ use crate::sync::{fence, Arc, JoinHandle, Ordering, Thread};
 /// Panics in any participant are caught, every participant still finishes,
 /// and `run` re-raises one payload (the caller's own, else the first
 /// worker's); the pool stays usable. Two threads calling `run` on one pool
-/// take turns; a job calling `run` on its own pool runs that inner job inline
-/// as `f(0, 1)`.
+/// take turns.
+///
+/// `n` is not always `n_workers() + 1`: use the `n` you are given. The job
+/// runs inline on the calling thread as `f(0, 1)` when it is nested (a job
+/// calling `run` on a pool it is already inside, at any depth: A -> B -> A;
+/// or a thread inside any pool's job finding this pool's turn taken, which
+/// could otherwise close a cycle of waits), in a forked child (its workers
+/// do not exist there), and, under the adaptive spin policy, when other
+/// processes keep every CPU a worker could use busy (a worker sharing a CPU
+/// with a busy process would hold the barrier for that process's time
+/// slice); under lighter foreign load it invites only as many workers as
+/// there are free CPUs. A fixed spin budget always invites every worker.
+/// See `docs/design.md`.
 pub struct Pool {
     pub(crate) shared: Arc<Shared>,
     /// Worker `i`'s handle, for `unpark`.
@@ -62,7 +73,7 @@ impl Pool {
         Self::expect_built(Pool::builder().workers(workers).spin(spin).build())
     }
 
-    fn expect_built(result: std::io::Result<Pool>) -> Pool {
+    pub(crate) fn expect_built(result: std::io::Result<Pool>) -> Pool {
         match result {
             Ok(pool) => pool,
             Err(err) => panic!("pool-core: could not start the pool's workers: {err}"),
@@ -162,6 +173,7 @@ impl Drop for Pool {
     /// Wakes every worker, parked or spinning, and joins them. No job can be
     /// in flight: `run` borrows the pool.
     fn drop(&mut self) {
+        crate::global::registry::remove(self.shared.id());
         if crate::fork::generation() != self.shared.fork_generation {
             // A forked child: the workers were never copied into it. There
             // is nobody to wake or join; leak the handles (joining a thread

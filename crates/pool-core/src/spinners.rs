@@ -142,7 +142,7 @@ impl Drop for CallerRegistration {
 }
 
 #[cfg(not(loom))]
-std::thread_local! {
+crate::sync::process::thread_local! {
     static CALLER: CallerRegistration = const {
         CallerRegistration {
             active: std::cell::Cell::new(false),

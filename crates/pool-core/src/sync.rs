@@ -58,13 +58,17 @@ mod imp {
 
 pub(crate) use imp::*;
 
-/// What stays `std` even under loom: process-wide counters (loom atomics
-/// cannot live in a `static`), spin-policy hints, and the `Arc` holding a
-/// user's start hook (loom's `Arc` cannot hold a `dyn`). None of them is
-/// part of the protocol's correctness: they only decide how long to spin.
+/// What stays `std` even under loom: process-wide counters and registries
+/// (loom objects cannot live in a `static`: the spinner budget, the caller
+/// registration, the foreign-load sample, the global pool and the tid
+/// registry), and the `Arc` holding a user's start hook (loom's `Arc` cannot
+/// hold a `dyn`). None of them is part of the protocol's correctness: they
+/// decide how long to spin, or hold a pool, never whether a job is seen.
 pub(crate) mod process {
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-    pub(crate) use std::sync::Arc;
+    pub(crate) use std::sync::{Arc, Mutex, OnceLock, TryLockError};
+    #[cfg_attr(loom, allow(unused_imports))]
+    pub(crate) use std::thread_local;
 }
 
 /// A lock that tolerates poisoning: the pool re-raises participant panics
