@@ -8,8 +8,10 @@ set -euo pipefail
 stable=$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)
 rustup toolchain list | grep -q "^$stable" || rustup toolchain install "$stable" --profile minimal
 rustup component add --toolchain "$stable" rustfmt clippy
-# The NEON kernel is compile-checked for aarch64 (no such host to run it).
-rustup target add --toolchain "$stable" aarch64-unknown-linux-gnu
+# Compile checks for the platforms engines ship on (no such hosts here):
+# aarch64 Linux (the NEON kernel), macOS, Windows, Android.
+rustup target add --toolchain "$stable" aarch64-unknown-linux-gnu \
+    aarch64-apple-darwin x86_64-pc-windows-gnu aarch64-linux-android
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 rustup component add --toolchain nightly miri rust-src
 rustc --version

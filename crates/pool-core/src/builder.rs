@@ -418,13 +418,24 @@ mod startup {
         }
     }
 
-    #[cfg(target_os = "linux")]
+    /// The kernel thread id (Linux, Android: what `/proc`, `sched_*` and
+    /// the Android performance-hint API take).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     fn current_tid() -> i32 {
         // SAFETY: gettid takes no arguments and cannot fail.
         unsafe { libc::syscall(libc::SYS_gettid) as i32 }
     }
 
-    #[cfg(not(target_os = "linux"))]
+    /// The Mach thread port (macOS: what `thread_policy_set` takes).
+    #[cfg(target_vendor = "apple")]
+    fn current_tid() -> i32 {
+        // SAFETY: `pthread_self` is always valid; the call has no other
+        // preconditions.
+        unsafe { libc::pthread_mach_thread_np(libc::pthread_self()) as i32 }
+    }
+
+    /// No thread id the pool can report here (Windows): -1.
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
     fn current_tid() -> i32 {
         -1
     }

@@ -152,8 +152,10 @@ impl Pool {
         self.shared.is_contended()
     }
 
-    /// The workers' kernel thread ids (Linux), in worker order, all recorded
-    /// before the constructor returned. Empty on other systems.
+    /// The workers' thread ids, in worker order, all recorded before the
+    /// constructor returned: kernel tids on Linux and Android (for `/proc`,
+    /// `sched_*`, the Android performance-hint API), Mach thread ports on
+    /// macOS, -1 where the OS gives none (Windows).
     pub fn worker_tids(&self) -> Vec<i32> {
         self.tids.clone()
     }

@@ -93,6 +93,10 @@ pub fn current_qos_name() -> &'static str {
     imp::current_qos_name()
 }
 
+#[cfg_attr(
+    not(any(target_vendor = "apple", target_os = "linux", target_os = "android")),
+    allow(dead_code)
+)]
 fn os_result(rc: i32, what: &str) -> io::Result<()> {
     if rc == 0 {
         Ok(())
@@ -173,7 +177,9 @@ mod imp {
 
     pub(super) fn set_policy(policy: SchedPolicy) -> io::Result<()> {
         let (raw, priority) = match policy {
-            SchedPolicy::Other => (libc::SCHED_OTHER, 0),
+            // SCHED_OTHER is SCHED_NORMAL (0): Android's libc names only
+            // the latter.
+            SchedPolicy::Other => (libc::SCHED_NORMAL, 0),
             SchedPolicy::Batch => (libc::SCHED_BATCH, 0),
             SchedPolicy::Idle => (libc::SCHED_IDLE, 0),
             SchedPolicy::Fifo(p) => (libc::SCHED_FIFO, p),

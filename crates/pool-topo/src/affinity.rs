@@ -24,15 +24,17 @@ use crate::cgroup::quota_cpus;
 /// shrunk by a pinned thread. Falls back to the calling thread's mask, then
 /// to `0..available_parallelism()` (logged), where those reads fail.
 pub fn process_affinity_cpus() -> Vec<usize> {
-    let mut cpus = thread_affinity_cpus();
     #[cfg(all(any(target_os = "linux", target_os = "android"), not(miri)))]
     {
+        let mut cpus = thread_affinity_cpus();
         cpus.extend(start_mask::cpus());
         cpus.extend(linux::all_thread_cpus());
         cpus.sort_unstable();
         cpus.dedup();
+        cpus
     }
-    cpus
+    #[cfg(not(all(any(target_os = "linux", target_os = "android"), not(miri))))]
+    thread_affinity_cpus()
 }
 
 /// The calling thread's own affinity mask (`sched_getaffinity(0)`),

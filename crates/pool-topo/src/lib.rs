@@ -49,7 +49,7 @@ pub use plan::{
 pub use topology::{
     perf_core_count, physical_core_count, CpuTopology, PhysicalCore, SYSFS_CPU_ROOT,
 };
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub use two_nodes::place_span;
 pub use two_nodes::{plan_two_nodes, SpanPlacement, TwoNodeDecision, TwoNodePlan};
 pub use width::{

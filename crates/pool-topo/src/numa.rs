@@ -226,6 +226,7 @@ pub fn node_of_pages(regions: &[&[u8]]) -> Result<PagePlacement, TopoError> {
 }
 
 /// The system's page size (4096 if it cannot be read).
+#[cfg(unix)]
 pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -236,7 +237,15 @@ pub(crate) fn page_size() -> usize {
     }
 }
 
+/// Not read off Unix (page placement is Linux-only anyway).
+#[cfg(not(unix))]
+#[allow(dead_code)]
+pub(crate) fn page_size() -> usize {
+    4096
+}
+
 /// Up to [`MAX_SAMPLE_PAGES`] evenly spaced resident page addresses per region.
+#[cfg(unix)]
 fn sample_resident_pages(regions: &[&[u8]]) -> Result<Vec<usize>, TopoError> {
     let page = page_size();
     let mut sample = Vec::new();
@@ -269,8 +278,20 @@ fn sample_resident_pages(regions: &[&[u8]]) -> Result<Vec<usize>, TopoError> {
     Ok(sample)
 }
 
+/// No `mincore` off Unix: page placement is unsupported there.
+#[cfg(not(unix))]
+fn sample_resident_pages(_regions: &[&[u8]]) -> Result<Vec<usize>, TopoError> {
+    Err(TopoError::syscall(
+        "mincore",
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            "NUMA page placement is Linux/Android only",
+        ),
+    ))
+}
+
 /// `move_pages(0, n, pages, NULL, status, 0)`: the node of each page.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn query_nodes(pages: &[usize]) -> Result<BTreeMap<usize, usize>, TopoError> {
     let mut per_node = BTreeMap::new();
     if pages.is_empty() {
@@ -300,11 +321,11 @@ fn query_nodes(pages: &[usize]) -> Result<BTreeMap<usize, usize>, TopoError> {
     Ok(per_node)
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
 fn query_nodes(_pages: &[usize]) -> Result<BTreeMap<usize, usize>, TopoError> {
     Err(TopoError::syscall(
         "move_pages",
-        io::Error::new(io::ErrorKind::Unsupported, "Linux only"),
+        io::Error::new(io::ErrorKind::Unsupported, "Linux/Android only"),
     ))
 }
 

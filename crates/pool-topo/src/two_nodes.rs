@@ -12,12 +12,14 @@
 //! thread pinned to the wanted node.
 
 use std::fmt;
+#[cfg(any(target_os = "linux", target_os = "android"))]
 use std::io;
 
+#[cfg(any(target_os = "linux", target_os = "android"))]
 use crate::affinity::pin_current_thread;
-use crate::numa::{
-    node_of_pages, page_size, NumaNode, NumaSetting, BIND_THRESHOLD_PERCENT, NUMA_ENV,
-};
+#[cfg(any(target_os = "linux", target_os = "android"))]
+use crate::numa::{node_of_pages, page_size, BIND_THRESHOLD_PERCENT};
+use crate::numa::{NumaNode, NumaSetting, NUMA_ENV};
 
 /// Which node each participant of a split pool sits on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,8 +170,8 @@ pub struct SpanPlacement {
 /// resident sample are there, drop them (`madvise(MADV_DONTNEED)` on the
 /// mapping, `posix_fadvise(POSIX_FADV_DONTNEED)` on the file) and read them
 /// again from a thread pinned to the node's CPUs. A second call finds them
-/// in place and moves nothing.
-#[cfg(target_os = "linux")]
+/// in place and moves nothing. Linux and Android only.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn place_span(
     span: &[u8],
     fd: std::os::fd::BorrowedFd<'_>,
