@@ -19,6 +19,9 @@ pub(crate) struct TopoReport {
     pub(crate) cores: Vec<CoreReport>,
     pub(crate) class_source: &'static str,
     pub(crate) degraded: Option<String>,
+    /// The QoS class of the thread running `pool topo` (macOS; "n/a"
+    /// elsewhere). Workers set their own (default user-interactive).
+    pub(crate) qos: &'static str,
     pub(crate) cgroup_quota_cpus: Option<usize>,
     pub(crate) cgroup_quota: Option<QuotaReport>,
     pub(crate) numa_nodes: Vec<NodeReport>,
@@ -118,6 +121,7 @@ pub(crate) fn report(sysfs: Option<&Path>, coordinator: bool) -> Result<TopoRepo
             .collect(),
         class_source: topology.class_source().as_str(),
         degraded: topology.degraded_reason().map(str::to_owned),
+        qos: pool_core::current_qos_name(),
         cgroup_quota_cpus: quota,
         cgroup_quota: cgroup_quota.map(|q| QuotaReport {
             cpus: q.cpus,
@@ -226,6 +230,7 @@ pub(crate) fn run(sysfs: Option<&Path>, coordinator: bool, json: bool) -> Result
         ),
         None => println!("  cgroup quota     none (cgroup v1 and v2 read)"),
     }
+    println!("  QoS (this thread) {}", r.qos);
     for node in &r.numa_nodes {
         println!(
             "  NUMA node {:<6} cpus {}",

@@ -19,7 +19,10 @@
 
 use std::io;
 
-use pool_topo::{pin_current_thread, thread_affinity_cpus, TwoNodePlan};
+use pool_topo::{
+    pin_current_thread, plan_node_binding, thread_affinity_cpus, CpuTopology, NumaDecision,
+    NumaNode, TwoNodePlan,
+};
 
 use crate::pool::Pool;
 use crate::seeded::SeededBug;
@@ -68,17 +71,9 @@ impl Pool {
                 ),
             ));
         }
-        let (workers, caller) = self.on_every_thread("bind_two_nodes", |worker| {
-            let saved = thread_affinity_cpus();
-            let cpus = worker.map_or(&plan.home.cpus, |w| &plan.worker_cpus[w]);
-            (saved, pin_current_thread(cpus))
+        self.bind_threads("bind_two_nodes", |worker| {
+            worker.map_or(plan.home.cpus.clone(), |w| plan.worker_cpus[w].clone())
         })?;
-        let errors = joined_errors(workers.iter().map(|(_, r)| r), &caller.1);
-        lock(&self.shared.saved_masks).get_or_insert_with(|| SavedMasks {
-            workers: workers.into_iter().map(|(mask, _)| mask).collect(),
-            caller: caller.0,
-        });
-        errors?;
         let far_workers = (0..self.n_workers())
             .filter(|&w| TwoNodePlan::is_far(w))
             .count();
@@ -111,6 +106,55 @@ impl Pool {
         joined_errors(workers.iter(), &caller)?;
         *saved = None;
         Ok(())
+    }
+
+    /// Moves every worker and the calling thread onto `node`: worker `i`
+    /// pinned to one CPU, physical cores first and SMT siblings after
+    /// (`pool_topo::plan_node_binding` over this host's topology), the
+    /// caller to the node's whole mask. Refuses, saying why, a node with
+    /// fewer usable CPUs than the pool has threads. Each thread's mask from
+    /// before the first bind is saved and restored by
+    /// [`Pool::unbind_node`]. Fails, changing nothing, from inside a job of
+    /// this pool.
+    pub fn bind_node(&self, node: &NumaNode) -> io::Result<()> {
+        let binding = plan_node_binding(&CpuTopology::detect(), node, self.n_workers())
+            .map_err(|reason| io::Error::new(io::ErrorKind::InvalidInput, reason))?;
+        self.bind_threads("bind_node", |worker| match worker {
+            Some(w) => vec![binding.worker_cpus[w]],
+            None => binding.caller_cpus.clone(),
+        })?;
+        self.on_every_thread("bind_node", |worker| {
+            if worker.is_none() {
+                self.set_far(|_| false, 0);
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Decides, from where the pages of `regions` (the weights) sit and
+    /// `CMF_NUMA`, which node this pool should run on, and binds it there
+    /// ([`Pool::bind_node`]). On a one-node host, with `CMF_NUMA=0`, or
+    /// when the node has no CPU of this process, it does nothing and the
+    /// returned decision says why.
+    pub fn bind_to_weights(&self, regions: &[&[u8]]) -> io::Result<NumaDecision> {
+        let decision = pool_topo::decide_node_for(regions)?;
+        if let NumaDecision::Bind { node, .. } = &decision {
+            self.bind_node(node)?;
+        }
+        tracing::info!(%decision, "pool-core: NUMA");
+        Ok(decision)
+    }
+
+    /// Undoes [`Pool::bind_node`] (the same as
+    /// [`Pool::unbind_two_nodes`]): every thread gets back its own mask
+    /// from before the first bind.
+    pub fn unbind_node(&self) -> io::Result<()> {
+        self.unbind_two_nodes()
+    }
+
+    /// Whether the pool is split over two nodes (`bind_two_nodes`).
+    pub fn two_nodes(&self) -> bool {
+        self.shared.far_workers.load(process::Ordering::Relaxed) > 0
     }
 
     /// Whether participant `idx` of a full job sits on the far node (only
@@ -204,6 +248,26 @@ impl Pool {
             }
         })?;
         Ok(())
+    }
+
+    /// Pins worker `i` to `cpus(Some(i))` and the calling thread to
+    /// `cpus(None)`, in one job, each thread saving its own mask first (kept
+    /// from the first bind only). Every thread's error, joined.
+    fn bind_threads(
+        &self,
+        what: &str,
+        cpus: impl Fn(Option<usize>) -> Vec<usize> + Sync,
+    ) -> io::Result<()> {
+        let (workers, caller) = self.on_every_thread(what, |worker| {
+            let saved = thread_affinity_cpus();
+            (saved, pin_current_thread(&cpus(worker)))
+        })?;
+        let errors = joined_errors(workers.iter().map(|(_, r)| r), &caller.1);
+        lock(&self.shared.saved_masks).get_or_insert_with(|| SavedMasks {
+            workers: workers.into_iter().map(|(mask, _)| mask).collect(),
+            caller: caller.0,
+        });
+        errors
     }
 
     /// Sets the far flags (`far(worker)`) and their count. Only from the

@@ -232,3 +232,65 @@ fn unbind_restores_each_threads_own_mask_from_before_the_first_bind() {
         assert_eq!(thread_affinity_cpus(), caller, "and the caller its own");
     });
 }
+
+#[test]
+fn binding_to_the_weights_on_a_one_node_host_does_nothing_and_says_why() {
+    watched("bind_to_weights", |_| {
+        let nodes = pool_topo::numa_nodes(std::path::Path::new(pool_topo::SYSFS_NODE_ROOT));
+        if nodes.as_ref().map_or(true, |n| n.len() != 1) || std::env::var_os("CMF_NUMA").is_some() {
+            eprintln!("not a plain single-node host: skipping");
+            return;
+        }
+        let pool = Pool::with_spin(1, 1000);
+        let before = (worker_masks(&pool), thread_affinity_cpus());
+        let weights = vec![1u8; 1 << 16];
+        let decision = pool.bind_to_weights(&[&weights]).unwrap();
+        assert!(
+            decision.to_string().contains("single-node host"),
+            "{decision}"
+        );
+        assert_eq!((worker_masks(&pool), thread_affinity_cpus()), before);
+        assert!(!pool.two_nodes());
+    });
+}
+
+#[test]
+fn a_live_pool_binds_to_a_node_and_unbinds_back_to_each_threads_mask() {
+    watched("bind_node", |_| {
+        let cpus = process_affinity_cpus();
+        let pool = Pool::with_spin(1, 1000);
+        let before = (worker_masks(&pool), thread_affinity_cpus());
+        // This host's only node, as a NumaNode: the binding is real.
+        let node = NumaNode {
+            id: 0,
+            cpus: cpus.clone(),
+        };
+        if cpus.len() >= 2 {
+            pool.bind_node(&node).unwrap();
+            let workers = worker_masks(&pool);
+            assert_eq!(workers[0].len(), 1, "a worker gets one CPU: {workers:?}");
+            assert_eq!(
+                thread_affinity_cpus().len(),
+                cpus.len(),
+                "the caller adopts the node"
+            );
+            pool.unbind_node().unwrap();
+            assert_eq!((worker_masks(&pool), thread_affinity_cpus()), before);
+        }
+        let tiny = NumaNode {
+            id: 7,
+            cpus: vec![cpus[0]],
+        };
+        let err = Pool::with_spin(3, 0).bind_node(&tiny).unwrap_err();
+        assert!(
+            err.to_string().contains("node 7 has 1 usable CPUs"),
+            "{err}"
+        );
+        assert!(!pool.two_nodes());
+        let split = Pool::builder().workers(3).spin(1000).build().unwrap();
+        split.bind_two_nodes(&fake_plan()).unwrap();
+        assert!(split.two_nodes());
+        split.unbind_two_nodes().unwrap();
+        assert!(!split.two_nodes());
+    });
+}

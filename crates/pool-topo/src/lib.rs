@@ -39,9 +39,10 @@ pub use cpulist::{format_cpu_list, parse_cpu_list};
 pub use error::TopoError;
 pub use hetero::{ClassSource, CoreClass};
 pub use numa::{
-    bind_to_node, decide_numa_node, node_of_pages, numa_maps_counts, numa_nodes,
-    numa_setting_from_env, parse_numa_setting, NumaDecision, NumaNode, NumaSetting, PagePlacement,
-    PlacementMethod, BIND_THRESHOLD_PERCENT, MAX_SAMPLE_PAGES, NUMA_ENV, SYSFS_NODE_ROOT,
+    bind_to_node, decide_node_for, decide_numa_node, node_of_pages, numa_maps_counts, numa_nodes,
+    numa_setting_from_env, parse_numa_setting, plan_node_binding, NodeBinding, NumaDecision,
+    NumaNode, NumaSetting, PagePlacement, PlacementMethod, BIND_THRESHOLD_PERCENT,
+    MAX_SAMPLE_PAGES, NUMA_ENV, SYSFS_NODE_ROOT,
 };
 pub use plan::{
     clamp_intra_op_threads, placement_order, plan_cpu_pool, plan_cpu_pool_in, CpuPoolPlan,

@@ -16,6 +16,7 @@ use std::path::Path;
 use crate::affinity::{pin_current_thread, process_affinity_cpus};
 use crate::cpulist::parse_cpu_list;
 use crate::error::{read_text, TopoError};
+use crate::topology::CpuTopology;
 
 /// Where Linux describes NUMA nodes.
 pub const SYSFS_NODE_ROOT: &str = "/sys/devices/system/node";
@@ -370,20 +371,17 @@ pub fn numa_maps_counts(maps: &str, regions: &[&[u8]]) -> BTreeMap<usize, usize>
     per_node
 }
 
-/// For this host: reads `CMF_NUMA` and the nodes, samples `regions`,
-/// decides, and on `Bind` pins the calling thread to the node's CPUs (inside
-/// the affinity mask). Create the pool afterwards: its workers inherit the
-/// mask, and a plan made then places them on that node.
-pub fn bind_to_node(regions: &[&[u8]]) -> io::Result<NumaDecision> {
+/// For this host: reads `CMF_NUMA` and the nodes, samples `regions`, and
+/// decides which node a pool streaming them should run on (binding
+/// nothing). A node with no CPU in this process's set is `Stay`, saying so.
+pub fn decide_node_for(regions: &[&[u8]]) -> io::Result<NumaDecision> {
     let setting = numa_setting_from_env();
     let nodes = match numa_nodes(Path::new(SYSFS_NODE_ROOT)) {
         Ok(nodes) => nodes,
         Err(err) => {
-            let decision = NumaDecision::Stay {
+            return Ok(NumaDecision::Stay {
                 reason: format!("no NUMA information ({err})"),
-            };
-            tracing::info!(%decision, "pool-topo: NUMA");
-            return Ok(decision);
+            })
         }
     };
     let placement = if setting == NumaSetting::Auto && nodes.len() > 1 {
@@ -394,24 +392,79 @@ pub fn bind_to_node(regions: &[&[u8]]) -> io::Result<NumaDecision> {
     let decision = decide_numa_node(&nodes, placement.as_ref(), setting);
     if let NumaDecision::Bind { node, .. } = &decision {
         let allowed = process_affinity_cpus();
+        if !node.cpus.iter().any(|c| allowed.contains(c)) {
+            return Ok(NumaDecision::Stay {
+                reason: format!(
+                    "node {} has no CPU in this process's affinity mask",
+                    node.id
+                ),
+            });
+        }
+    }
+    Ok(decision)
+}
+
+/// For this host: [`decide_node_for`], and on `Bind` pins the *calling
+/// thread* to the node's CPUs (inside the process's set). That is all it
+/// moves: a pool built afterwards still runs its unpinned workers on the
+/// process's CPUs (a thread's pin is never taken for the process's). To
+/// keep a pool on the node, bind the pool itself:
+/// `pool_core::Pool::bind_to_weights` (decides and binds) or
+/// `Pool::bind_node`.
+pub fn bind_to_node(regions: &[&[u8]]) -> io::Result<NumaDecision> {
+    let decision = decide_node_for(regions)?;
+    if let NumaDecision::Bind { node, .. } = &decision {
+        let allowed = process_affinity_cpus();
         let cpus: Vec<usize> = node
             .cpus
             .iter()
             .copied()
             .filter(|c| allowed.contains(c))
             .collect();
-        if cpus.is_empty() {
-            let decision = NumaDecision::Stay {
-                reason: format!(
-                    "node {} has no CPU in this process's affinity mask",
-                    node.id
-                ),
-            };
-            tracing::info!(%decision, "pool-topo: NUMA");
-            return Ok(decision);
-        }
         pin_current_thread(&cpus)?;
     }
     tracing::info!(%decision, "pool-topo: NUMA");
     Ok(decision)
+}
+
+/// Where each thread of a pool bound to one node runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeBinding {
+    /// The node.
+    pub node: usize,
+    /// `worker_cpus[i]`: the one CPU worker `i` is pinned to.
+    pub worker_cpus: Vec<usize>,
+    /// The calling thread's mask: all of the node's CPUs.
+    pub caller_cpus: Vec<usize>,
+}
+
+/// Plans a pool of `workers` workers (plus the caller) on `node`: the
+/// caller keeps the node's first CPU in placement order, and worker `i` the
+/// next ones: one CPU of each physical core first (performance cores before
+/// efficiency cores), SMT siblings only when cores run out. Refuses, saying
+/// why, a node with fewer CPUs (inside `topology`'s set) than the pool has
+/// threads.
+pub fn plan_node_binding(
+    topology: &CpuTopology,
+    node: &NumaNode,
+    workers: usize,
+) -> Result<NodeBinding, String> {
+    let order: Vec<usize> = crate::plan::placement_order(topology)
+        .into_iter()
+        .filter(|cpu| node.cpus.contains(cpu))
+        .collect();
+    if order.len() < workers + 1 {
+        return Err(format!(
+            "node {} has {} usable CPUs; the pool has {} threads ({workers} workers + the caller): \
+             bind a smaller pool, or split it over two nodes",
+            node.id,
+            order.len(),
+            workers + 1
+        ));
+    }
+    Ok(NodeBinding {
+        node: node.id,
+        worker_cpus: order[1..=workers].to_vec(),
+        caller_cpus: order,
+    })
 }

@@ -251,3 +251,27 @@ fn a_missing_sysfs_root_or_an_empty_cpu_set_is_an_error() {
     assert!(err.is_not_found());
     assert!(CpuTopology::from_sysfs(&cpu_root("vm-2cpu"), &[]).is_err());
 }
+
+#[test]
+fn a_pool_bound_to_one_node_takes_its_physical_cores_first_and_refuses_a_node_too_small() {
+    let t = topology("numa-2socket", 0..64);
+    let nodes = numa_nodes(&fixture("numa-2socket").join("devices/system/node")).unwrap();
+    let far = &nodes[1];
+    let binding = pool_topo::plan_node_binding(&t, far, 4).unwrap();
+    assert_eq!(binding.node, 1);
+    assert_eq!(
+        binding.worker_cpus,
+        vec![17, 18, 19, 20],
+        "one CPU per core"
+    );
+    assert_eq!(binding.caller_cpus.len(), 32, "the caller adopts the node");
+    assert_eq!(binding.caller_cpus[0], 16);
+    // 16 cores + 16 siblings: siblings only after every core.
+    let wide = pool_topo::plan_node_binding(&t, far, 20).unwrap();
+    assert_eq!(&wide.worker_cpus[14..], &[31, 48, 49, 50, 51, 52]);
+    let err = pool_topo::plan_node_binding(&t, far, 32).unwrap_err();
+    assert!(
+        err.contains("node 1 has 32 usable CPUs; the pool has 33 threads"),
+        "{err}"
+    );
+}
