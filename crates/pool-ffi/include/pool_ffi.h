@@ -22,7 +22,8 @@
 #define POOL_EPANIC -2
 
 /**
- * An opaque pool handle.
+ * An opaque pool handle: a pool this handle owns, or the process-wide one
+ * (`pool_global`).
  */
 typedef struct PoolHandle PoolHandle;
 
@@ -69,6 +70,12 @@ typedef struct PoolStatsC {
    */
   uint64_t panics;
 } PoolStatsC;
+
+/**
+ * The job callback of `pool_run`: participant `idx` of `n`; `ctx` is the
+ * pointer given to `pool_run`.
+ */
+typedef void (*PoolJobFn)(void *ctx, size_t idx, size_t n);
 
 #ifdef __cplusplus
 extern "C" {
@@ -146,6 +153,55 @@ size_t pool_worker_tids(const struct PoolHandle *pool, int32_t *out, size_t capa
  * `pool` is NULL or a live handle; `out` is NULL or writable.
  */
 int32_t pool_stats(const struct PoolHandle *pool, struct PoolStatsC *out);
+
+/**
+ * The process-wide pool (`pool_core::global`: built on first use from the
+ * environment, or by an earlier `pool_core::init_global` in Rust). Never
+ * NULL; never freed: `pool_destroy` ignores it. Safe to use from any
+ * thread.
+ */
+struct PoolHandle *pool_global(void);
+
+/**
+ * Runs `f(ctx, idx, n)` once for every participant `idx` in `0..n` (the
+ * calling thread is `n - 1`; `n` may be 1 when the job runs inline) and
+ * returns when all are done. `POOL_EPANIC` if a callback panicked (only
+ * possible for Rust callbacks), `POOL_ENULL` for a NULL pool or callback.
+ *
+ * # Safety
+ *
+ * `pool` is NULL or a live handle; `f` is safe to call from any thread
+ * with `ctx`, concurrently, once per participant.
+ */
+int32_t pool_run(struct PoolHandle *pool, PoolJobFn f, void *ctx);
+
+/**
+ * Jobs handed to at least one worker since the process started, over all
+ * pools (`pool_core::dispatch_count`).
+ */
+uint64_t pool_dispatch_count(void);
+
+/**
+ * Sets the pool's spin policy: `spins >= 0` a fixed budget (0 parks at
+ * once, for sharing the machine), `spins < 0` the adaptive default. Idle
+ * workers pick it up at their next wait. `POOL_ENULL` for NULL.
+ *
+ * # Safety
+ *
+ * `pool` is NULL or a live handle.
+ */
+int32_t pool_set_spin(struct PoolHandle *pool, int64_t spins);
+
+/**
+ * Writes up to `capacity` thread ids of every live worker of every pool of
+ * the process to `out` and returns how many there are (for OS performance
+ * hints; kernel tids on Linux and Android).
+ *
+ * # Safety
+ *
+ * `out` holds `capacity` writable `int32_t` (or is NULL with `capacity` 0).
+ */
+size_t pool_all_worker_tids(int32_t *out, size_t capacity);
 
 #ifdef __cplusplus
 }  // extern "C"

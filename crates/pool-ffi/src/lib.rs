@@ -22,10 +22,29 @@ pub const POOL_ENULL: i32 = -1;
 /// A row callback (or the pool) panicked; the job finished on the others.
 pub const POOL_EPANIC: i32 = -2;
 
-/// An opaque pool handle.
+/// An opaque pool handle: a pool this handle owns, or the process-wide one
+/// (`pool_global`).
 pub struct PoolHandle {
-    pool: Pool,
+    inner: Inner,
 }
+
+enum Inner {
+    Owned(Pool),
+    Global(&'static Pool),
+}
+
+impl PoolHandle {
+    fn pool(&self) -> &Pool {
+        match &self.inner {
+            Inner::Owned(pool) => pool,
+            Inner::Global(pool) => pool,
+        }
+    }
+}
+
+/// The job callback of `pool_run`: participant `idx` of `n`; `ctx` is the
+/// pointer given to `pool_run`.
+pub type PoolJobFn = Option<unsafe extern "C" fn(ctx: *mut c_void, idx: usize, n: usize)>;
 
 /// The row callback: computes rows `start..end` of a job; `ctx` is the
 /// pointer given to `pool_run_rows`.
@@ -66,7 +85,9 @@ pub extern "C" fn pool_set_forced_width(threads: usize) {
 
 fn into_handle(pool: std::io::Result<Pool>) -> *mut PoolHandle {
     match pool {
-        Ok(pool) => Box::into_raw(Box::new(PoolHandle { pool })),
+        Ok(pool) => Box::into_raw(Box::new(PoolHandle {
+            inner: Inner::Owned(pool),
+        })),
         Err(_) => std::ptr::null_mut(),
     }
 }
@@ -104,7 +125,7 @@ pub extern "C" fn pool_create(workers: usize) -> *mut PoolHandle {
 /// other thread is using it.
 #[no_mangle]
 pub unsafe extern "C" fn pool_destroy(pool: *mut PoolHandle) {
-    if !pool.is_null() {
+    if !pool.is_null() && !is_global(pool) {
         // SAFETY: the caller's contract: a live handle from `Box::into_raw`.
         drop(unsafe { Box::from_raw(pool) });
     }
@@ -118,7 +139,7 @@ pub unsafe extern "C" fn pool_destroy(pool: *mut PoolHandle) {
 #[no_mangle]
 pub unsafe extern "C" fn pool_workers(pool: *const PoolHandle) -> usize {
     // SAFETY: the caller's contract.
-    unsafe { pool.as_ref() }.map_or(0, |h| h.pool.n_workers())
+    unsafe { pool.as_ref() }.map_or(0, |h| h.pool().n_workers())
 }
 
 /// Runs `f(ctx, start, end)` over disjoint ranges covering `0..rows`
@@ -147,7 +168,7 @@ pub unsafe extern "C" fn pool_run_rows(
     unsafe impl Sync for Context {}
     let context = Context(ctx);
     let result = catch_unwind(AssertUnwindSafe(|| {
-        handle.pool.run_rows(rows, &|start, end| {
+        handle.pool().run_rows(rows, &|start, end| {
             let context = &context;
             // SAFETY: the caller's contract on `f` and `ctx`.
             unsafe { f(context.0, start, end) }
@@ -176,7 +197,7 @@ pub unsafe extern "C" fn pool_worker_tids(
     let Some(handle) = (unsafe { pool.as_ref() }) else {
         return 0;
     };
-    let tids = handle.pool.worker_tids();
+    let tids = handle.pool().worker_tids();
     if !out.is_null() {
         for (i, tid) in tids.iter().take(capacity).enumerate() {
             // SAFETY: `i < capacity` writable slots, by the contract.
@@ -197,7 +218,7 @@ pub unsafe extern "C" fn pool_stats(pool: *const PoolHandle, out: *mut PoolStats
     let (Some(handle), false) = (unsafe { pool.as_ref() }, out.is_null()) else {
         return POOL_ENULL;
     };
-    let s = handle.pool.stats();
+    let s = handle.pool().stats();
     let c = PoolStatsC {
         dispatches_full: s.dispatches_full,
         dispatches_limited: s.dispatches_limited,
@@ -211,4 +232,108 @@ pub unsafe extern "C" fn pool_stats(pool: *const PoolHandle, out: *mut PoolStats
     // SAFETY: non-null and writable, by the contract.
     unsafe { out.write(c) };
     POOL_OK
+}
+
+/// Whether `pool` is the process-wide pool's handle (never freed).
+fn is_global(pool: *const PoolHandle) -> bool {
+    GLOBAL_HANDLE.get().is_some_and(|&global| global == pool as usize)
+}
+
+/// The address of the global pool's handle, leaked once when first asked.
+static GLOBAL_HANDLE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// The process-wide pool (`pool_core::global`: built on first use from the
+/// environment, or by an earlier `pool_core::init_global` in Rust). Never
+/// NULL; never freed: `pool_destroy` ignores it. Safe to use from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn pool_global() -> *mut PoolHandle {
+    catch_unwind(|| {
+        *GLOBAL_HANDLE.get_or_init(|| {
+            Box::into_raw(Box::new(PoolHandle {
+                inner: Inner::Global(pool_core::global()),
+            })) as usize
+        }) as *mut PoolHandle
+    })
+    .unwrap_or(std::ptr::null_mut())
+}
+
+/// Runs `f(ctx, idx, n)` once for every participant `idx` in `0..n` (the
+/// calling thread is `n - 1`; `n` may be 1 when the job runs inline) and
+/// returns when all are done. `POOL_EPANIC` if a callback panicked (only
+/// possible for Rust callbacks), `POOL_ENULL` for a NULL pool or callback.
+///
+/// # Safety
+///
+/// `pool` is NULL or a live handle; `f` is safe to call from any thread
+/// with `ctx`, concurrently, once per participant.
+#[no_mangle]
+pub unsafe extern "C" fn pool_run(pool: *mut PoolHandle, f: PoolJobFn, ctx: *mut c_void) -> i32 {
+    // SAFETY: the caller's contract.
+    let (Some(handle), Some(f)) = (unsafe { pool.as_ref() }, f) else {
+        return POOL_ENULL;
+    };
+    /// The C context pointer, shared by the participants.
+    struct Context(*mut c_void);
+    // SAFETY: the caller promises `f` may use `ctx` from any thread.
+    unsafe impl Sync for Context {}
+    let context = Context(ctx);
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        handle.pool().run(&|idx, n| {
+            let context = &context;
+            // SAFETY: the caller's contract on `f` and `ctx`.
+            unsafe { f(context.0, idx, n) }
+        })
+    }));
+    match result {
+        Ok(()) => POOL_OK,
+        Err(_) => POOL_EPANIC,
+    }
+}
+
+/// Jobs handed to at least one worker since the process started, over all
+/// pools (`pool_core::dispatch_count`).
+#[no_mangle]
+pub extern "C" fn pool_dispatch_count() -> u64 {
+    pool_core::dispatch_count()
+}
+
+/// Sets the pool's spin policy: `spins >= 0` a fixed budget (0 parks at
+/// once, for sharing the machine), `spins < 0` the adaptive default. Idle
+/// workers pick it up at their next wait. `POOL_ENULL` for NULL.
+///
+/// # Safety
+///
+/// `pool` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn pool_set_spin(pool: *mut PoolHandle, spins: i64) -> i32 {
+    // SAFETY: the caller's contract.
+    let Some(handle) = (unsafe { pool.as_ref() }) else {
+        return POOL_ENULL;
+    };
+    let policy = match usize::try_from(spins) {
+        Ok(spins) => pool_core::SpinPolicy::Fixed(spins),
+        Err(_) => pool_core::SpinPolicy::adaptive(),
+    };
+    handle.pool().set_spin_policy(policy);
+    POOL_OK
+}
+
+/// Writes up to `capacity` thread ids of every live worker of every pool of
+/// the process to `out` and returns how many there are (for OS performance
+/// hints; kernel tids on Linux and Android).
+///
+/// # Safety
+///
+/// `out` holds `capacity` writable `int32_t` (or is NULL with `capacity` 0).
+#[no_mangle]
+pub unsafe extern "C" fn pool_all_worker_tids(out: *mut i32, capacity: usize) -> usize {
+    let tids = pool_core::all_worker_tids();
+    if !out.is_null() {
+        for (i, tid) in tids.iter().take(capacity).enumerate() {
+            // SAFETY: `i < capacity` writable slots, by the contract.
+            unsafe { out.add(i).write(*tid) };
+        }
+    }
+    tids.len()
 }

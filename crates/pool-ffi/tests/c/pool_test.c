@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include "pool_ffi.h"
 
 #define CHECK(cond, name)                                   \
@@ -25,6 +26,14 @@ static void square_rows(void *ctx, size_t start, size_t end) {
         s->out[i] = (double)i * (double)i;
     }
     __atomic_fetch_add(&s->calls, 1, __ATOMIC_RELAXED);
+}
+
+static void count_participants(void *ctx, size_t idx, size_t n) {
+    size_t *seen = (size_t *)ctx;
+    if (idx < n) {
+        __atomic_fetch_add(&seen[0], 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&seen[1], n, __ATOMIC_RELAXED);
+    }
 }
 
 int main(void) {
@@ -61,6 +70,37 @@ int main(void) {
     CHECK(stats.jobs_hot + stats.jobs_after_park >= 1, "a worker job counted");
     CHECK(pool_stats(pool, NULL) == POOL_ENULL, "null stats refused");
     pool_destroy(pool);
+
+    /* pool_run: every participant once; pool_set_spin; dispatch counts. */
+    PoolHandle *three = pool_create(2);
+    CHECK(three != NULL, "create for pool_run");
+    CHECK(pool_set_spin(three, 0) == POOL_OK, "set a fixed spin budget");
+    CHECK(pool_set_spin(three, -1) == POOL_OK, "back to the adaptive policy");
+    CHECK(pool_set_spin(NULL, 0) == POOL_ENULL, "null pool refused by set_spin");
+    uint64_t before = pool_dispatch_count();
+    size_t seen[2] = { 0, 0 };
+    CHECK(pool_run(three, count_participants, seen) == POOL_OK, "run");
+    CHECK(seen[0] == seen[1] && seen[1] >= 1 && seen[1] <= 3, "each participant once");
+    CHECK(pool_dispatch_count() >= before, "dispatch count never goes back");
+    CHECK(pool_run(three, NULL, seen) == POOL_ENULL, "null job refused");
+    CHECK(pool_run(NULL, count_participants, seen) == POOL_ENULL, "null pool refused by run");
+
+    int32_t all_tids[64];
+    size_t live = pool_all_worker_tids(all_tids, 64);
+#ifdef __linux__
+    CHECK(live >= 2, "every pool's workers listed");
+#endif
+
+    /* The process-wide pool: never NULL, the same every time, never freed. */
+    PoolHandle *global = pool_global();
+    CHECK(global != NULL && global == pool_global(), "one global pool");
+    seen[0] = 0;
+    CHECK(pool_run(global, count_participants, seen) == POOL_OK, "run on the global pool");
+    CHECK(seen[0] == seen[1], "global: each participant once");
+    pool_destroy(global); /* ignored */
+    CHECK(pool_run(global, count_participants, seen) == POOL_OK, "the global pool survives destroy");
+    pool_destroy(three);
+    (void)live;
 
     pool_set_forced_width(0);
     PoolHandle *two = pool_create(1);
