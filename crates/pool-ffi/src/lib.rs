@@ -236,7 +236,9 @@ pub unsafe extern "C" fn pool_stats(pool: *const PoolHandle, out: *mut PoolStats
 
 /// Whether `pool` is the process-wide pool's handle (never freed).
 fn is_global(pool: *const PoolHandle) -> bool {
-    GLOBAL_HANDLE.get().is_some_and(|&global| global == pool as usize)
+    GLOBAL_HANDLE
+        .get()
+        .is_some_and(|&global| global == pool as usize)
 }
 
 /// The address of the global pool's handle, leaked once when first asked.

@@ -2,7 +2,7 @@
 //! the process, fused row jobs per layer, a rayon `par_chunks_mut` migrated.
 //! Run: `cargo run --release -p pool-matvec --example embedding`.
 
-use pool_core::Pool;
+use pool_core::{Pool, PoolBuilder};
 use pool_matvec::{for_each_chunk_init, matvec_f32_fast, matvec_rows, RowFn, RowParallel};
 
 /// The engine's weights for one layer (row-major, `dim` columns each).
@@ -13,11 +13,14 @@ struct Layer {
 }
 
 fn main() {
-    // 1. Once, at start-up: the width from FERROX_CPU_THREADS /
-    //    RAYON_NUM_THREADS / the physical performance cores, workers pinned
-    //    per the plan. `None` means one participant: run serially.
-    let pool: Option<Pool> = Pool::from_env();
-    let pool = pool.as_ref();
+    // 1. Once, at start-up: the process-wide pool, sized from
+    //    FERROX_CPU_THREADS / RAYON_NUM_THREADS / the physical performance
+    //    cores, workers pinned per the plan. Every later call anywhere in
+    //    the program finds it with `pool_core::global()`.
+    let built = pool_core::init_global(PoolBuilder::from_env().thread_name_prefix("decode"))
+        .expect("start the decode pool");
+    println!("global pool built now: {built}");
+    let pool: Option<&Pool> = Some(pool_core::global());
     println!(
         "decode pool: {} participants",
         pool.map_or(1, |p| p.n_workers() + 1)
