@@ -5,7 +5,14 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+/// One `pool` process at a time: two benchmarking processes side by side
+/// would each see the other as foreign load (and shrink their jobs to the
+/// caller), so the figures and counters these tests check would depend on
+/// which tests the harness happened to overlap.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn pool(args: &[&str]) -> Output {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     Command::new(env!("CARGO_BIN_EXE_pool"))
         .args(args)
         .env_remove("FERROX_CPU_THREADS")

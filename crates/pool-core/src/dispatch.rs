@@ -397,10 +397,11 @@ impl Shared {
         // It is the adaptive policy's response; a fixed budget does exactly
         // what it is told (and tests that count participants stay exact on
         // a loaded machine).
-        load::maybe_sample(clock::ticks(), self.ns_per_tick);
+        let now = clock::ticks();
+        load::maybe_sample(now, self.ns_per_tick);
         let invited = invited.min(self.slots.len());
         let invited = if self.settings.linger_ns.load(process::Ordering::Relaxed) != 0 {
-            load::fit_to_free_cpus(invited, self.settings.usable_cpus)
+            self.fit_to_free_cpus(invited, now)
         } else {
             invited
         };
@@ -464,6 +465,32 @@ impl Shared {
                     panic::resume_unwind(payload);
                 }
             }
+        }
+    }
+
+    /// The adaptive policy's share of the CPUs: the workers a job may
+    /// invite when other processes keep CPUs busy (`load.rs`), and none
+    /// when this process's own callers (two or more threads that dispatched
+    /// within the linger) already fill its CPUs: each then runs its jobs
+    /// itself, as a
+    /// serial loop would, instead of handing work to workers that could
+    /// only take CPU time from another caller. Measured with two callers on
+    /// 2 CPUs: 0.77-0.83x serial before.
+    #[inline]
+    fn fit_to_free_cpus(&self, invited: usize, now: u64) -> usize {
+        if invited == 0 {
+            return 0;
+        }
+        let invited = load::fit_to_free_cpus(invited, self.settings.usable_cpus);
+        if invited == 0 || inside_any_pool() {
+            return invited;
+        }
+        let window = self.settings.linger_ticks.load(process::Ordering::Relaxed);
+        let callers = spinners::recent_callers(now, window);
+        if callers >= 2 && callers >= spinners::spinner_limit() {
+            0
+        } else {
+            invited
         }
     }
 

@@ -28,12 +28,14 @@ static BUILDING: Mutex<()> = Mutex::new(());
 /// fails and never panics.
 ///
 /// ```
+/// # #[cfg(not(miri))] { // the global pool is never dropped: Miri calls it a leak
 /// let pool = pool_core::global();
 /// let entries = std::sync::atomic::AtomicUsize::new(0);
 /// pool.run(&|_, _| {
 ///     entries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 /// });
 /// assert!(entries.into_inner() >= 1);
+/// # }
 /// ```
 pub fn global() -> &'static Pool {
     if let Some(pool) = GLOBAL.get() {
@@ -66,10 +68,12 @@ pub fn global() -> &'static Pool {
 /// again.
 ///
 /// ```
+/// # #[cfg(not(miri))] { // the global pool is never dropped: Miri calls it a leak
 /// let first = pool_core::init_global(pool_core::Pool::builder().workers(1));
 /// // Any later call, here or in another part of the program, changes nothing.
 /// assert_eq!(pool_core::init_global(pool_core::Pool::builder().workers(3)).unwrap(), false);
 /// assert!(first.is_ok());
+/// # }
 /// ```
 pub fn init_global(builder: PoolBuilder) -> io::Result<bool> {
     let _building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());

@@ -13,8 +13,8 @@
 //! pool is crowded ([`crowded`]): the waiting caller yields early, and a job
 //! invites only as many workers as the CPUs other processes leave free
 //! ([`fit_to_free_cpus`]; none: the job runs inline, as fast as a serial
-//! loop). Linux only; elsewhere (and under loom and Miri) it reads as no
-//! load.
+//! loop). Linux and Android only; elsewhere (and under loom and Miri) it
+//! reads as no load.
 
 use crate::sync::process::{AtomicU64, Ordering};
 
@@ -112,7 +112,10 @@ fn fit(invited: usize, usable_cpus: usize, foreign: f64) -> usize {
 
 /// Busy jiffies (all fields but idle, iowait and steal) summed over the per-CPU
 /// lines `cpuN` of a `/proc/stat` text for the CPUs in `cpus`.
-#[cfg_attr(not(all(target_os = "linux", not(miri), not(loom))), allow(dead_code))]
+#[cfg_attr(
+    not(all(any(target_os = "linux", target_os = "android"), not(miri), not(loom))),
+    allow(dead_code)
+)]
 pub(crate) fn busy_jiffies_of(stat: &str, cpus: &[usize]) -> Option<u64> {
     let mut total = 0u64;
     let mut found = false;
@@ -145,7 +148,7 @@ pub(crate) fn busy_jiffies_of(stat: &str, cpus: &[usize]) -> Option<u64> {
 }
 
 /// Busy jiffies of this process's CPUs.
-#[cfg(all(target_os = "linux", not(miri), not(loom)))]
+#[cfg(all(any(target_os = "linux", target_os = "android"), not(miri), not(loom)))]
 fn own_cpus_busy_jiffies() -> Option<u64> {
     use crate::sync::process::Mutex;
     /// The process's CPUs and when they were read (`clock::ticks`).
@@ -163,13 +166,13 @@ fn own_cpus_busy_jiffies() -> Option<u64> {
     busy_jiffies_of(&stat, &cpus)
 }
 
-#[cfg(not(all(target_os = "linux", not(miri), not(loom))))]
+#[cfg(not(all(any(target_os = "linux", target_os = "android"), not(miri), not(loom))))]
 fn own_cpus_busy_jiffies() -> Option<u64> {
     None
 }
 
 /// This process's CPU time (user + system), in µs.
-#[cfg(all(target_os = "linux", not(miri), not(loom)))]
+#[cfg(all(any(target_os = "linux", target_os = "android"), not(miri), not(loom)))]
 fn process_cpu_us() -> Option<u64> {
     // SAFETY: `usage` is a valid out-pointer; RUSAGE_SELF cannot fail.
     let usage = unsafe {
@@ -183,7 +186,7 @@ fn process_cpu_us() -> Option<u64> {
     Some(us(usage.ru_utime) + us(usage.ru_stime))
 }
 
-#[cfg(not(all(target_os = "linux", not(miri), not(loom))))]
+#[cfg(not(all(any(target_os = "linux", target_os = "android"), not(miri), not(loom))))]
 fn process_cpu_us() -> Option<u64> {
     None
 }

@@ -28,7 +28,7 @@
 //! (also under loom, where callers are not counted and the limit is set by
 //! the model).
 
-use crate::sync::process::{AtomicUsize, Ordering};
+use crate::sync::process::{AtomicU64, AtomicUsize, Ordering};
 
 /// Adaptive workers holding a slot now, over every pool.
 static WORKERS: AtomicUsize = AtomicUsize::new(0);
@@ -126,10 +126,22 @@ pub(crate) fn reset_after_fork() {
     CALLER.with(|caller| caller.active.set(false));
 }
 
+/// Caller threads whose last dispatch time is kept (the first 16 to
+/// dispatch; later ones are not counted as recent).
+const RECENT_SLOTS: usize = 16;
+/// Each tracked caller's last dispatch, in `clock::ticks` (0: free slot).
+static RECENT: [crossbeam_utils::CachePadded<AtomicU64>; RECENT_SLOTS] =
+    [const { crossbeam_utils::CachePadded::new(AtomicU64::new(0)) }; RECENT_SLOTS];
+
+/// No slot.
+const NO_SLOT: usize = usize::MAX;
+
 /// This thread's caller registration; releases it when the thread exits.
 #[cfg(not(loom))]
 struct CallerRegistration {
     active: std::cell::Cell<bool>,
+    /// Index into `RECENT`, or `NO_SLOT`.
+    recent_slot: std::cell::Cell<usize>,
 }
 
 #[cfg(not(loom))]
@@ -137,6 +149,9 @@ impl Drop for CallerRegistration {
     fn drop(&mut self) {
         if self.active.get() {
             CALLERS.fetch_sub(1, Ordering::Relaxed);
+        }
+        if let Some(slot) = RECENT.get(self.recent_slot.get()) {
+            slot.store(0, Ordering::Relaxed);
         }
     }
 }
@@ -146,8 +161,49 @@ crate::sync::process::thread_local! {
     static CALLER: CallerRegistration = const {
         CallerRegistration {
             active: std::cell::Cell::new(false),
+            recent_slot: std::cell::Cell::new(NO_SLOT),
         }
     };
+}
+
+/// Records a dispatch by the calling thread at `now` and returns how many
+/// caller threads dispatched within `window` ticks of it (this one
+/// included). Scans 16 lines, each written only by its own caller, so with
+/// one caller it reads lines that stay in this core's cache.
+#[inline]
+pub(crate) fn recent_callers(now: u64, window: u64) -> usize {
+    #[cfg(not(loom))]
+    {
+        let mine = CALLER
+            .try_with(|caller| {
+                if caller.recent_slot.get() == NO_SLOT {
+                    // Claim a free slot (0) with a CAS; none free: untracked.
+                    let claimed = RECENT.iter().position(|slot| {
+                        slot.compare_exchange(0, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                            .is_ok()
+                    });
+                    caller.recent_slot.set(claimed.unwrap_or(NO_SLOT - 1));
+                }
+                caller.recent_slot.get()
+            })
+            .unwrap_or(NO_SLOT);
+        if let Some(slot) = RECENT.get(mine) {
+            slot.store(now.max(1), Ordering::Relaxed);
+        }
+        RECENT
+            .iter()
+            .filter(|slot| {
+                let last = slot.load(Ordering::Relaxed);
+                last != 0 && now.wrapping_sub(last) < window
+            })
+            .count()
+    }
+    // Callers are not tracked under loom (see the module docs).
+    #[cfg(loom)]
+    {
+        let _ = (now, window);
+        0
+    }
 }
 
 /// Counts the calling thread as an active caller (idempotent: one

@@ -43,6 +43,8 @@ fn in_forked_child(limit: Duration, child: impl FnOnce() -> i32) -> i32 {
 fn a_forked_child_runs_jobs_on_the_calling_thread_and_drops_the_pool_cleanly() {
     watched("fork_child", |_| {
         let mut parent_pool = Some(Pool::with_spin(2, 1000));
+        // The process-wide pool too, used before the fork.
+        pool_core::global().run(&|_, _| {});
         let pool = parent_pool.as_ref().unwrap();
         // The parent uses the pool first, so its workers exist and spin.
         for _ in 0..100 {
@@ -61,6 +63,12 @@ fn a_forked_child_runs_jobs_on_the_calling_thread_and_drops_the_pool_cleanly() {
             // Documented: the child runs each job inline, as f(0, 1).
             let ok = entries.load(Ordering::Relaxed) == 10 && *shape.lock().unwrap() == (0, 1);
             drop(pool);
+            // The global pool (the parent's) runs inline here too.
+            let global_entries = AtomicUsize::new(0);
+            pool_core::global().run(&|_, n| {
+                global_entries.fetch_add(n, Ordering::Relaxed);
+            });
+            let ok = ok && global_entries.load(Ordering::Relaxed) == 1;
             // A pool built in the child is a real pool with its own workers.
             let fresh = Pool::with_spin(1, 1000);
             let fresh_entries = AtomicUsize::new(0);

@@ -8,6 +8,14 @@ use std::time::{Duration, Instant};
 use pool_core::{Pool, SpinPolicy};
 use testkit::watched;
 
+/// Tests here that dispatch on adaptive pools take turns: two of them at
+/// once are two callers, and callers that fill the CPUs run inline.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Busy-waits `d`, like an engine's serial work between matvecs.
 fn busy(d: Duration) {
     let start = Instant::now();
@@ -41,6 +49,7 @@ fn a_pool_built_on_a_pinned_thread_is_not_oversubscribed_when_the_process_has_a_
 #[cfg(target_os = "linux")]
 fn pinned_workers_of_two_pools_stay_awake_between_jobs_used_in_turn() {
     watched("two_pinned_pools", |stage| {
+        let _turn = one_at_a_time();
         let cpus = pool_topo::process_affinity_cpus();
         if pool_topo::quota_cpus().is_some_and(|q| q < cpus.len()) {
             eprintln!("a CPU quota makes spare waiters park: skipping");
@@ -101,7 +110,9 @@ fn quota_child() {
     let quota = pool_topo::cpu_quota().unwrap();
     assert_eq!(quota.whole_cpus(), 1, "{quota}");
     assert_eq!(pool_topo::usable_cpus(), 1);
-    let pool = Pool::new(1);
+    // A fixed budget: exactly the participants asked for, whatever the
+    // parent's other tests load the machine with.
+    let pool = Pool::with_spin(1, 1000);
     assert!(pool.is_oversubscribed(), "2 threads on a 1-CPU quota");
     let entries = std::sync::atomic::AtomicUsize::new(0);
     for _ in 0..200 {
@@ -141,5 +152,49 @@ fn a_pool_inside_a_one_cpu_quota_sees_the_quota() {
             String::from_utf8_lossy(&output.stderr)
         );
         drop(group);
+    });
+}
+
+#[test]
+fn callers_that_fill_the_cpus_run_their_adaptive_jobs_inline() {
+    watched("callers_fill", |_| {
+        let _turn = one_at_a_time();
+        let limit = pool_core::spinner_limit();
+        if !(2..=8).contains(&limit) {
+            eprintln!("needs 2-8 usable CPUs (one caller each): skipping");
+            return;
+        }
+        let start = std::sync::Barrier::new(limit);
+        let inline: Vec<usize> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..limit)
+                .map(|_| {
+                    let start = &start;
+                    scope.spawn(move || {
+                        let pool = Pool::builder()
+                            .workers(1)
+                            .spin_policy(SpinPolicy::adaptive())
+                            .build()
+                            .unwrap();
+                        start.wait();
+                        (0..400)
+                            .filter(|_| {
+                                let seen = std::sync::atomic::AtomicUsize::new(0);
+                                pool.run(&|_, n| {
+                                    seen.store(n, std::sync::atomic::Ordering::Relaxed);
+                                });
+                                busy(Duration::from_micros(20));
+                                seen.into_inner() == 1
+                            })
+                            .count()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        // Every caller dispatches every ~20 us, so all are recent callers
+        // after their first jobs; a loaded machine may stagger them.
+        for (caller, count) in inline.iter().enumerate() {
+            assert!(*count >= 200, "caller {caller}: only {count} of 400 inline");
+        }
     });
 }
