@@ -39,9 +39,10 @@ use crate::sync::{fence, Arc, JoinHandle, Ordering, Thread};
 /// do not exist there), and, under the adaptive spin policy, when other
 /// processes keep every CPU a worker could use busy (a worker sharing a CPU
 /// with a busy process would hold the barrier for that process's time
-/// slice); under lighter foreign load it invites only as many workers as
-/// there are free CPUs. A fixed spin budget always invites every worker.
-/// See `docs/design.md`.
+/// slice; under lighter foreign load it invites only as many workers as
+/// there are free CPUs), or when this process's own callers (two or more
+/// threads dispatching now) already fill its CPUs. A fixed spin budget
+/// always invites every worker. See `docs/design.md`.
 pub struct Pool {
     pub(crate) shared: Arc<Shared>,
     /// Worker `i`'s handle, for `unpark`.

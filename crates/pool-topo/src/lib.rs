@@ -24,6 +24,8 @@ mod cgroup;
 mod cpulist;
 mod error;
 mod hetero;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod mapped_file;
 mod numa;
 mod plan;
 mod topology;
@@ -38,6 +40,8 @@ pub use cgroup::{
 pub use cpulist::{format_cpu_list, parse_cpu_list};
 pub use error::TopoError;
 pub use hetero::{ClassSource, CoreClass};
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub use mapped_file::MappedFile;
 pub use numa::{
     bind_to_node, decide_node_for, decide_numa_node, node_of_pages, numa_maps_counts, numa_nodes,
     numa_setting_from_env, parse_numa_setting, plan_node_binding, NodeBinding, NumaDecision,
@@ -50,8 +54,6 @@ pub use plan::{
 pub use topology::{
     perf_core_count, physical_core_count, CpuTopology, PhysicalCore, SYSFS_CPU_ROOT,
 };
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub use two_nodes::place_span;
 pub use two_nodes::{plan_two_nodes, SpanPlacement, TwoNodeDecision, TwoNodePlan};
 pub use width::{
     default_cpu_threads, resolve_cpu_threads, resolve_cpu_threads_with, ResolvedWidth, WidthSource,

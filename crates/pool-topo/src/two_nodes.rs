@@ -5,8 +5,8 @@
 //! 14 + 14 over both nodes, each half's data on its own node, 393-421 GB/s.
 //! The layout: the caller and the even workers stay on the *home* node, the
 //! odd workers move to the *far* node (so any prefix of workers is split
-//! evenly). [`place_span`] moves a mapped file span's page-cache pages to a
-//! node when fewer than 90 % of them are there already, without
+//! evenly). [`MappedFile::place_span`](crate::MappedFile::place_span) moves
+//! a mapped file span's page-cache pages to a node when fewer than 90 % of them are there already, without
 //! `move_pages`/`mbind` (which containers often refuse): it drops the pages
 //! (`madvise` + `posix_fadvise(DONTNEED)`) and reads them again from a
 //! thread pinned to the wanted node.
@@ -148,7 +148,7 @@ pub fn plan_two_nodes(
     })
 }
 
-/// What [`place_span`] did.
+/// What [`MappedFile::place_span`](crate::MappedFile::place_span) did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpanPlacement {
     /// The node the span should sit on.
@@ -165,16 +165,22 @@ pub struct SpanPlacement {
     pub reason: Option<String>,
 }
 
-/// Makes the page-cache pages behind `span` (part of a file mapping: `fd`
-/// and the span's `file_offset`) sit on `node`: if fewer than 90 % of the
-/// resident sample are there, drop them (`madvise(MADV_DONTNEED)` on the
-/// mapping, `posix_fadvise(POSIX_FADV_DONTNEED)` on the file) and read them
-/// again from a thread pinned to the node's CPUs. A second call finds them
-/// in place and moves nothing. Linux and Android only.
+/// Makes the page-cache pages behind `span` sit on `node` (see
+/// [`MappedFile::place_span`](crate::MappedFile::place_span), its only
+/// caller).
+///
+/// # Safety
+///
+/// `span` lies inside a shared, read-only mapping of `file`, at
+/// `file_offset` bytes into the file, and that mapping starts on a page
+/// boundary: dropping the pages the span rounds out to (`MADV_DONTNEED`)
+/// then only drops this process's page-table entries of that file, and the
+/// next access reads the same bytes again. On any other memory (heap, a
+/// private mapping that was written to) it would wipe the contents.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-pub fn place_span(
+pub(crate) unsafe fn place_file_span(
     span: &[u8],
-    fd: std::os::fd::BorrowedFd<'_>,
+    file: &std::fs::File,
     file_offset: u64,
     node: &NumaNode,
 ) -> io::Result<SpanPlacement> {
@@ -210,10 +216,11 @@ pub fn place_span(
     let page = page_size();
     let page_start = span.as_ptr() as usize / page * page;
     let length = span.as_ptr() as usize + span.len() - page_start;
-    // SAFETY: `span` is a live borrow of mapped memory; `page_start` rounds
-    // its start down to a page inside the same mapping, and the length
-    // rounds out to whole pages. DONTNEED on a file mapping only drops this
-    // process's PTEs: the next access faults the pages in again.
+    // SAFETY: the function's contract: `span` is in a shared read-only file
+    // mapping that starts on a page boundary, so `page_start` (its start
+    // rounded down) and the length (rounded out to whole pages by the
+    // kernel) stay inside that mapping, and DONTNEED there only drops this
+    // process's PTEs: the next access faults the same bytes in again.
     let rc = unsafe { libc::madvise(page_start as *mut libc::c_void, length, libc::MADV_DONTNEED) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
@@ -221,7 +228,7 @@ pub fn place_span(
     // SAFETY: a plain syscall on a borrowed, open descriptor.
     let rc = unsafe {
         libc::posix_fadvise(
-            fd.as_raw_fd(),
+            file.as_raw_fd(),
             file_offset as libc::off_t,
             span.len() as libc::off_t,
             libc::POSIX_FADV_DONTNEED,

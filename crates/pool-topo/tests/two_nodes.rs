@@ -84,94 +84,59 @@ fn a_single_node_host_is_never_split_and_says_why() {
 #[cfg(target_os = "linux")]
 mod pages {
     use std::io::Write;
-    use std::os::fd::AsFd;
 
-    use pool_topo::{place_span, NumaNode};
+    use pool_topo::{MappedFile, NumaNode};
 
-    /// A read-only shared mapping of a fresh 1 MiB temp file.
-    struct Mapped {
-        file: std::fs::File,
-        ptr: *mut libc::c_void,
-        len: usize,
+    /// A fresh temp file of 1 MiB whose byte `i` is `i % 251` (so a wiped
+    /// or shifted page shows), mapped by the crate.
+    fn mapped(name: &str) -> MappedFile {
+        let path = std::env::temp_dir().join(format!("pool-topo-{name}-{}", std::process::id()));
+        let mut file = std::fs::File::create(&path).unwrap();
+        let bytes: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
+        file.write_all(&bytes).unwrap();
+        file.sync_all().unwrap();
+        let mapped = MappedFile::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        mapped
     }
 
-    impl Mapped {
-        fn new(name: &str) -> Mapped {
-            let path =
-                std::env::temp_dir().join(format!("pool-topo-{name}-{}", std::process::id()));
-            let mut file = std::fs::File::create(&path).unwrap();
-            file.write_all(&vec![7u8; 1 << 20]).unwrap();
-            file.sync_all().unwrap();
-            let file = std::fs::File::open(&path).unwrap();
-            std::fs::remove_file(&path).unwrap();
-            use std::os::fd::AsRawFd;
-            let len = 1 << 20;
-            // SAFETY: a fresh read-only shared mapping of an open file.
-            let ptr = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_SHARED,
-                    file.as_raw_fd(),
-                    0,
-                )
-            };
-            assert_ne!(ptr, libc::MAP_FAILED);
-            Mapped { file, ptr, len }
-        }
-
-        fn span(&self) -> &[u8] {
-            // SAFETY: the mapping lives as long as `self`, `len` bytes, read-only.
-            unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
-        }
-    }
-
-    impl Drop for Mapped {
-        fn drop(&mut self) {
-            // SAFETY: unmapping what `new` mapped.
-            unsafe { libc::munmap(self.ptr, self.len) };
-        }
+    fn intact(mapped: &MappedFile) -> bool {
+        mapped
+            .as_bytes()
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == (i % 251) as u8)
     }
 
     #[test]
     fn pages_already_on_their_node_are_left_alone_and_a_second_call_moves_nothing() {
-        let mapped = Mapped::new("in-place");
-        let sum: u64 = mapped
-            .span()
-            .iter()
-            .step_by(4096)
-            .map(|&b| u64::from(b))
-            .sum();
-        assert_eq!(sum, 7 * 256);
+        let mapped = mapped("in-place");
+        assert!(intact(&mapped));
         let node = NumaNode {
             id: 0,
             cpus: pool_topo::process_affinity_cpus(),
         };
-        let first = place_span(mapped.span(), mapped.file.as_fd(), 0, &node).unwrap();
+        let first = mapped.place_span(0..mapped.len(), &node).unwrap();
         assert_eq!(first.bytes_moved, 0, "{first:?}");
         assert!(first.reason.unwrap().contains("already on node 0"));
-        let second = place_span(mapped.span(), mapped.file.as_fd(), 0, &node).unwrap();
+        let second = mapped.place_span(0..mapped.len(), &node).unwrap();
         assert_eq!(second.bytes_moved, 0);
     }
 
     #[test]
-    fn a_span_off_its_node_is_dropped_and_read_again_from_that_node() {
+    fn a_span_off_its_node_is_dropped_and_read_again_and_every_byte_around_it_survives() {
         // This host has one node; asking for "node 1" (CPUs of node 0)
-        // exercises the drop-and-reread path and reports what it did.
-        let mapped = Mapped::new("moved");
-        let _ = mapped
-            .span()
-            .iter()
-            .step_by(4096)
-            .map(|&b| u64::from(b))
-            .sum::<u64>();
+        // exercises the drop-and-reread path. An unaligned span in the
+        // middle: its first and last pages hold neighbouring bytes.
+        let mapped = mapped("moved");
+        assert!(intact(&mapped));
         let elsewhere = NumaNode {
             id: 1,
             cpus: pool_topo::process_affinity_cpus(),
         };
-        let moved = place_span(mapped.span(), mapped.file.as_fd(), 0, &elsewhere).unwrap();
-        assert_eq!(moved.bytes_moved, 1 << 20, "{moved:?}");
+        let span = 4096 * 3 + 100..4096 * 200 + 7;
+        let moved = mapped.place_span(span.clone(), &elsewhere).unwrap();
+        assert_eq!(moved.bytes_moved, span.len(), "{moved:?}");
         assert_eq!(moved.share_before, 0);
         assert_eq!(
             moved.shares_after.get(&0),
@@ -179,8 +144,31 @@ mod pages {
             "re-read on this host's only node: {moved:?}"
         );
         assert!(
-            mapped.span().iter().step_by(4096).all(|&b| b == 7),
-            "contents survive"
+            intact(&mapped),
+            "every byte, in and around the span, survives"
         );
+    }
+
+    #[test]
+    fn a_span_outside_the_file_is_refused() {
+        let mapped = mapped("outside");
+        let node = NumaNode {
+            id: 0,
+            cpus: pool_topo::process_affinity_cpus(),
+        };
+        let err = mapped.place_span(10..(2 << 20), &node).unwrap_err();
+        assert!(
+            err.to_string().contains("not inside the 1048576-byte file"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_empty_file_maps_to_no_bytes() {
+        let path = std::env::temp_dir().join(format!("pool-topo-empty-{}", std::process::id()));
+        std::fs::File::create(&path).unwrap();
+        let mapped = MappedFile::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(mapped.is_empty() && mapped.as_bytes().is_empty());
     }
 }
