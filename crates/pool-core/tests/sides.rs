@@ -49,19 +49,8 @@ fn an_unbound_pool_runs_both_sides_on_every_participant() {
 #[test]
 fn a_bound_pool_keeps_each_side_on_its_own_threads_and_unbinds() {
     watched("sides_bound", |_| {
-        let cpus = process_affinity_cpus();
-        let (home, far) = (cpus[0], *cpus.last().unwrap());
-        let plan = TwoNodePlan {
-            home: NumaNode {
-                id: 0,
-                cpus: vec![home],
-            },
-            far: NumaNode {
-                id: 1,
-                cpus: vec![far],
-            },
-            worker_cpus: vec![vec![home], vec![far], vec![home]],
-        };
+        let plan = fake_plan();
+        let home = plan.home.cpus[0];
         let pool = Pool::builder()
             .workers(3)
             .spin(1000)

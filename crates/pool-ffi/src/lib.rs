@@ -162,22 +162,12 @@ pub unsafe extern "C" fn pool_run_rows(
     let (Some(handle), Some(f)) = (unsafe { pool.as_ref() }, f) else {
         return POOL_ENULL;
     };
-    /// The C context pointer, shared by the participants.
-    struct Context(*mut c_void);
-    // SAFETY: the caller promises `f` may use `ctx` from any thread.
-    unsafe impl Sync for Context {}
-    let context = Context(ctx);
-    let result = catch_unwind(AssertUnwindSafe(|| {
+    with_shared_context(ctx, |context| {
         handle.pool().run_rows(rows, &|start, end| {
-            let context = &context;
             // SAFETY: the caller's contract on `f` and `ctx`.
             unsafe { f(context.0, start, end) }
         })
-    }));
-    match result {
-        Ok(()) => POOL_OK,
-        Err(_) => POOL_EPANIC,
-    }
+    })
 }
 
 /// Writes up to `capacity` worker kernel thread ids (Linux) to `out` and
@@ -234,6 +224,23 @@ pub unsafe extern "C" fn pool_stats(pool: *const PoolHandle, out: *mut PoolStats
     POOL_OK
 }
 
+/// The C context pointer, shared by a job's participants.
+struct Context(*mut c_void);
+
+// SAFETY: every entry point that builds one documents that the caller
+// promises its callback may use `ctx` from any thread.
+unsafe impl Sync for Context {}
+
+/// Runs `job` with `ctx` shareable across participants; a panic (only
+/// possible from a Rust callback) becomes `POOL_EPANIC`.
+fn with_shared_context(ctx: *mut c_void, job: impl FnOnce(&Context)) -> i32 {
+    let context = Context(ctx);
+    match catch_unwind(AssertUnwindSafe(|| job(&context))) {
+        Ok(()) => POOL_OK,
+        Err(_) => POOL_EPANIC,
+    }
+}
+
 /// Whether `pool` is the process-wide pool's handle (never freed).
 fn is_global(pool: *const PoolHandle) -> bool {
     GLOBAL_HANDLE
@@ -275,22 +282,12 @@ pub unsafe extern "C" fn pool_run(pool: *mut PoolHandle, f: PoolJobFn, ctx: *mut
     let (Some(handle), Some(f)) = (unsafe { pool.as_ref() }, f) else {
         return POOL_ENULL;
     };
-    /// The C context pointer, shared by the participants.
-    struct Context(*mut c_void);
-    // SAFETY: the caller promises `f` may use `ctx` from any thread.
-    unsafe impl Sync for Context {}
-    let context = Context(ctx);
-    let result = catch_unwind(AssertUnwindSafe(|| {
+    with_shared_context(ctx, |context| {
         handle.pool().run(&|idx, n| {
-            let context = &context;
             // SAFETY: the caller's contract on `f` and `ctx`.
             unsafe { f(context.0, idx, n) }
         })
-    }));
-    match result {
-        Ok(()) => POOL_OK,
-        Err(_) => POOL_EPANIC,
-    }
+    })
 }
 
 /// Jobs handed to at least one worker since the process started, over all
