@@ -14,22 +14,23 @@ impl Pool {
     /// per [`pool_topo::plan_cpu_pool`]. `None` when the width is 1: run
     /// serially. A refused pin is logged and the pool built unpinned.
     ///
-    /// # Panics
-    ///
-    /// If the OS refuses to spawn the workers even unpinned; use
-    /// [`PoolBuilder::from_env`] to get that as an error.
+    /// Never panics: if the OS refuses to spawn the workers even unpinned,
+    /// the error is logged and the answer is `None` (run serially). Use
+    /// [`PoolBuilder::from_env`] to get that error instead.
     pub fn from_env() -> Option<Pool> {
         let builder = PoolBuilder::from_env();
         if builder.worker_count() == 0 {
             return None;
         }
-        match builder.build() {
+        let pool = builder.build().or_else(|err| {
+            tracing::warn!(%err, "pool-core: pinning refused; building the pool unpinned");
+            PoolBuilder::from_env().unpinned().build()
+        });
+        match pool {
             Ok(pool) => Some(pool),
             Err(err) => {
-                tracing::warn!(%err, "pool-core: pinning refused; building the pool unpinned");
-                Some(Pool::expect_built(
-                    PoolBuilder::from_env().unpinned().build(),
-                ))
+                tracing::error!(%err, "pool-core: no workers could start; running serially");
+                None
             }
         }
     }
