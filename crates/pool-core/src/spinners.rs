@@ -28,7 +28,9 @@
 //! (also under loom, where callers are not counted and the limit is set by
 //! the model).
 
-use crate::sync::process::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+use crate::sync::process::AtomicU64;
+use crate::sync::process::{AtomicUsize, Ordering};
 
 /// Adaptive workers holding a slot now, over every pool.
 static WORKERS: AtomicUsize = AtomicUsize::new(0);
@@ -128,12 +130,15 @@ pub(crate) fn reset_after_fork() {
 
 /// Caller threads whose last dispatch time is kept (the first 16 to
 /// dispatch; later ones are not counted as recent).
+#[cfg(not(loom))]
 const RECENT_SLOTS: usize = 16;
 /// Each tracked caller's last dispatch, in `clock::ticks` (0: free slot).
+#[cfg(not(loom))]
 static RECENT: [crossbeam_utils::CachePadded<AtomicU64>; RECENT_SLOTS] =
     [const { crossbeam_utils::CachePadded::new(AtomicU64::new(0)) }; RECENT_SLOTS];
 
 /// No slot.
+#[cfg(not(loom))]
 const NO_SLOT: usize = usize::MAX;
 
 /// This thread's caller registration; releases it when the thread exits.
