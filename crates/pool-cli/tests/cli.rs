@@ -217,7 +217,10 @@ fn bench_quick_json_has_every_field_with_sane_values() {
     positive(&["waiting", "competing_adaptive_vs_best_fixed"]);
     let share = r["decode"]["caller_wait_share"].as_f64().unwrap();
     assert!((0.0..1.0).contains(&share), "{share}");
-    positive(&["decode", "dispatches_per_token"]);
+    // Zero when a busy neighbour made the adaptive pool run every matvec
+    // inline (load.rs); otherwise a few per matvec at most.
+    let dispatches = r["decode"]["dispatches_per_token"].as_f64().unwrap();
+    assert!((0.0..1e4).contains(&dispatches), "{dispatches}");
 }
 
 #[test]

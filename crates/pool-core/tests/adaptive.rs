@@ -57,9 +57,16 @@ fn a_dense_stream_stays_hot_with_no_unpark() {
         }
         let s = pool.stats().since(&before);
         // A loaded CI machine may deschedule the worker past the linger now
-        // and then; a spinning policy shows ~0 unparks, a parking one ~500.
-        assert!(s.unparks <= 50, "{s}");
-        assert!(s.jobs_hot >= 450, "{s}");
+        // and then; a spinning policy shows ~0 unparks, a parking one one
+        // per dispatch. A busy neighbour makes the policy run some jobs
+        // inline (load.rs): the dispatched ones still found the worker hot.
+        let dispatched = s.dispatches();
+        assert!(s.unparks * 10 <= dispatched, "{s}");
+        assert!(s.jobs_hot * 10 >= dispatched * 9, "{s}");
+        assert!(
+            dispatched >= 450 || pool_core::foreign_cpus() > 0.5,
+            "jobs ran inline on an idle machine: {s}"
+        );
     });
 }
 
@@ -122,7 +129,10 @@ fn a_sparse_stream_teaches_workers_to_park_almost_at_once() {
             "{} spins over 4 idle gaps, a linger is {linger_spins}: {s}",
             s.worker_spins
         );
-        assert!(s.parks >= 4, "{s}");
+        // Each dispatched job's worker parked after it. A busy neighbour
+        // makes the adaptive policy run these jobs inline (load.rs): then
+        // none was dispatched and no worker spun at all.
+        assert!(s.parks >= s.dispatches(), "{s}");
     });
 }
 
@@ -137,14 +147,30 @@ fn a_barrier_wait_far_longer_than_the_callers_share_marks_foreign_load() {
         let pool = adaptive(1, Duration::from_millis(2));
         // A loaded machine may deschedule the caller inside its empty share
         // for a while too: allow a few tries.
-        let marked = (0..5).any(|_| {
-            pool.run(&|idx, _| {
+        // A busy neighbour makes the policy run jobs inline (load.rs):
+        // there is no barrier to mark then, so try until a job had two
+        // participants.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let (mut tries, mut marked) = (0, false);
+        while tries < 5 && !marked {
+            if Instant::now() > deadline {
+                let foreign = pool_core::foreign_cpus();
+                assert!(foreign > 0.5, "no job had two participants");
+                eprintln!("a neighbour keeps {foreign:.2} CPUs busy: every job inline, skipping");
+                return;
+            }
+            let width = std::sync::atomic::AtomicUsize::new(0);
+            pool.run(&|idx, n| {
+                width.store(n, std::sync::atomic::Ordering::Relaxed);
                 if idx == 0 {
                     std::thread::sleep(Duration::from_millis(5));
                 }
             });
-            pool.is_contended()
-        });
+            if width.into_inner() == 2 {
+                tries += 1;
+                marked = pool.is_contended();
+            }
+        }
         assert!(marked, "a 5 ms straggler behind an empty share");
         // Balanced 2 ms shares clear the mark (a loaded CI machine may
         // deschedule a participant for a while: allow a few tries).
@@ -176,10 +202,16 @@ fn fixed_budgets_and_the_adaptive_policy_switch_at_run_time() {
         for _ in 0..20 {
             pool.run(&|_, _| {});
         }
+        assert_eq!(pool.stats().worker_jobs(), 40, "fixed budgets invite all");
         pool.set_spin_policy(SpinPolicy::adaptive());
+        // The adaptive policy may shrink a job under foreign load: the
+        // workers ran exactly the shares the jobs handed them.
+        let mut handed = 0;
         for _ in 0..20 {
-            pool.run(&|_, _| {});
+            let width = std::sync::atomic::AtomicUsize::new(0);
+            pool.run(&|_, n| width.store(n, std::sync::atomic::Ordering::Relaxed));
+            handed += width.into_inner() - 1;
         }
-        assert_eq!(pool.stats().worker_jobs(), 80);
+        assert_eq!(pool.stats().worker_jobs(), 40 + handed as u64);
     });
 }

@@ -83,6 +83,17 @@ fn pinned_workers_of_two_pools_stay_awake_between_jobs_used_in_turn() {
         }
         for (p, earlier) in [&prefill, &decode].into_iter().zip(&before) {
             let s = p.stats().since(earlier);
+            if s.dispatches() * 2 < rounds as u64 {
+                // A busy neighbour on this machine: the adaptive policy
+                // rightly ran most jobs inline (see load.rs), and then
+                // workers must not have been woken for them either.
+                eprintln!(
+                    "foreign load {:.2} CPUs: {s}; checking the loaded-machine behaviour",
+                    pool_core::foreign_cpus()
+                );
+                assert!(s.unparks <= s.dispatches(), "{s}");
+                continue;
+            }
             // Whichever worker holds the spare CPU's slot spins; the other
             // yields on every spin instead of parking. A loaded CI machine
             // may deschedule one past its linger now and then; a parking
@@ -165,27 +176,38 @@ fn callers_that_fill_the_cpus_run_their_adaptive_jobs_inline() {
             return;
         }
         let start = std::sync::Barrier::new(limit);
-        let inline: Vec<usize> = std::thread::scope(|scope| {
+        // Every caller dispatches for the same wall-clock window, so none
+        // runs alone at the end (a caller left alone rightly uses its
+        // worker again).
+        let window = Duration::from_millis(200);
+        let counts: Vec<(usize, usize)> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..limit)
                 .map(|_| {
                     let start = &start;
                     scope.spawn(move || {
+                        // A long linger makes "recent" robust to a caller
+                        // descheduled for a while (TSan, a loaded CI host);
+                        // workers that get no job still park after it.
                         let pool = Pool::builder()
                             .workers(1)
-                            .spin_policy(SpinPolicy::adaptive())
+                            .spin_policy(SpinPolicy::Adaptive {
+                                linger: Duration::from_millis(20),
+                            })
                             .build()
                             .unwrap();
                         start.wait();
-                        (0..400)
-                            .filter(|_| {
-                                let seen = std::sync::atomic::AtomicUsize::new(0);
-                                pool.run(&|_, n| {
-                                    seen.store(n, std::sync::atomic::Ordering::Relaxed);
-                                });
-                                busy(Duration::from_micros(20));
-                                seen.into_inner() == 1
-                            })
-                            .count()
+                        let end = Instant::now() + window;
+                        let (mut jobs, mut inline) = (0, 0);
+                        while Instant::now() < end {
+                            let seen = std::sync::atomic::AtomicUsize::new(0);
+                            pool.run(&|_, n| {
+                                seen.store(n, std::sync::atomic::Ordering::Relaxed);
+                            });
+                            busy(Duration::from_micros(20));
+                            jobs += 1;
+                            inline += usize::from(seen.into_inner() == 1);
+                        }
+                        (jobs, inline)
                     })
                 })
                 .collect();
@@ -193,8 +215,11 @@ fn callers_that_fill_the_cpus_run_their_adaptive_jobs_inline() {
         });
         // Every caller dispatches every ~20 us, so all are recent callers
         // after their first jobs; a loaded machine may stagger them.
-        for (caller, count) in inline.iter().enumerate() {
-            assert!(*count >= 200, "caller {caller}: only {count} of 400 inline");
+        for (caller, (jobs, inline)) in counts.iter().enumerate() {
+            assert!(
+                inline * 2 >= *jobs,
+                "caller {caller}: only {inline} of {jobs} inline"
+            );
         }
     });
 }
