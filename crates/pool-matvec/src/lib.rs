@@ -7,7 +7,8 @@
 //!   naive loop for any thread count;
 //! - [`matvec_f32_fast`]: SIMD f32 with a fixed reduction order;
 //! - [`matvec_q8_0`]: GGUF Q8_0 weights, AVX2 and scalar bit-identical;
-//! - [`decode`]: a synthetic decode step to measure all of it.
+//! - [`decode`]: a synthetic decode step to measure all of it;
+//! - [`llama2`]: a real llama2 decoder on llama2.c checkpoints.
 //!
 //! ```
 //! use pool_matvec::RowParallel;
@@ -24,6 +25,7 @@ mod disjoint;
 mod each;
 mod exact;
 mod fast;
+pub mod llama2;
 mod q8_0;
 mod rows;
 mod shape;

@@ -54,17 +54,25 @@ pub trait RowParallel {
     /// Several row spaces (e.g. Q, K and V) laid end to end and pulled from
     /// one cursor: one barrier instead of one per part. Each part's callback
     /// sees its own row indices (`0..rows` of that part).
-    fn run_many(&self, parts: &[(usize, &RowFn<'_>)]);
+    fn run_many(&self, parts: &[(usize, &RowFn<'_>)]) {
+        let total: usize = parts.iter().map(|(rows, _)| rows).sum();
+        self.run_rows(total, &|start, end| for_parts_in(parts, start, end));
+    }
 }
 
 impl RowParallel for Pool {
     fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
         pull_rows(self, rows, f);
     }
+}
 
-    fn run_many(&self, parts: &[(usize, &RowFn<'_>)]) {
-        let total: usize = parts.iter().map(|(rows, _)| rows).sum();
-        pull_rows(self, total, &|start, end| for_parts_in(parts, start, end));
+/// The serial executor: the whole range in one call on the calling thread,
+/// so code written against `&dyn RowParallel` needs no branch for it.
+impl RowParallel for crate::decode::Serial {
+    fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
+        if rows > 0 {
+            f(0, rows);
+        }
     }
 }
 
