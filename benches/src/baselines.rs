@@ -257,6 +257,26 @@ impl RayonExecutor {
     }
 }
 
+/// Row jobs on rayon: the same grains as the pool (`grain_for` over the
+/// pool's width), one `par_iter` task per grain inside `install`.
+impl pool_matvec::RowParallel for RayonExecutor {
+    fn run_rows(&self, rows: usize, f: &pool_matvec::RowFn<'_>) {
+        if rows == 0 {
+            return;
+        }
+        let grain = grain_for(rows, self.0.current_num_threads());
+        let chunks = rows.div_ceil(grain);
+        if chunks == 1 {
+            return f(0, rows);
+        }
+        self.0.install(|| {
+            (0..chunks)
+                .into_par_iter()
+                .for_each(|c| f(c * grain, ((c + 1) * grain).min(rows)))
+        });
+    }
+}
+
 impl DecodeExecutor for RayonExecutor {
     fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]) {
         let threads = self.0.current_num_threads();

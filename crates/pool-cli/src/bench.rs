@@ -41,6 +41,7 @@ pub(crate) struct BenchReport {
     ratios: Ratios,
     bandwidth: Bandwidth,
     decode: Decode,
+    llama2: Vec<crate::llama::CheckpointBench>,
     waiting: crate::waiting::Waiting,
 }
 
@@ -290,8 +291,12 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         pool_vs_rayon: pool_tokens_per_s.median / rayon_tokens_per_s.median,
         pool_vs_serial: pool_tokens_per_s.median / serial_tokens_per_s.median,
     };
-    drop(pool);
     drop(rayon_exec);
+    let llama2 = crate::llama::measure_checkpoints(&pool, quick).unwrap_or_else(|err| {
+        eprintln!("pool bench: llama2 checkpoints skipped: {err}");
+        Vec::new()
+    });
+    drop(pool);
     let waiting = crate::waiting::measure(&model, workers, tokens, quick);
     BenchReport {
         quick,
@@ -302,11 +307,12 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         ratios,
         bandwidth,
         decode,
+        llama2,
         waiting,
     }
 }
 
-fn line(name: &str, s: &Summary, unit: &str) {
+pub(crate) fn line(name: &str, s: &Summary, unit: &str) {
     println!(
         "  {name:<34} {:>10.1} {unit:<9} (min {:.1}, max {:.1}, n={})",
         s.median, s.min, s.max, s.samples
@@ -401,6 +407,7 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
         d.unparks_per_dispatch,
         100.0 * d.caller_wait_share
     );
+    crate::llama::print_checkpoints(&r.llama2);
     crate::waiting::print(&r.waiting);
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! 30 seconds). See `pool --help` and docs/cli.md for the JSON schemas.
 
 mod bench;
+mod llama;
 mod scenarios;
 mod topo;
 mod tune;
@@ -69,6 +70,41 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Greedy decoding of a llama2.c checkpoint (the legacy f32 export) on
+    /// the pool: the tokens (or text, with --tokenizer), tokens/s after the
+    /// first token, and the share of the bandwidth bound reached.
+    Decode {
+        /// The checkpoint (mapped read-only).
+        model: PathBuf,
+        /// A llama2.c tokenizer file, to print text instead of token ids.
+        #[arg(long, value_name = "FILE")]
+        tokenizer: Option<PathBuf>,
+        /// Tokens to generate (at most the model's seq_len).
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+        steps: u32,
+        /// Participants, the caller included (default: FERROX_CPU_THREADS,
+        /// else the topology's width).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        threads: Option<u32>,
+        /// Which executor runs the row jobs, to compare on the same model.
+        #[arg(long, value_enum, default_value_t = llama::Executor::Pool)]
+        executor: llama::Executor,
+        /// One JSON object instead of text (schema: docs/cli.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a llama2.c checkpoint with random weights in a known shape,
+    /// to try `pool decode` without downloading a model.
+    RandomCheckpoint {
+        /// stories15M or stories110M.
+        #[arg(long, value_enum)]
+        shape: llama::Shape,
+        /// Where to write it.
+        out: PathBuf,
+        /// The random seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
     /// Sweep participants and spin budgets over the decode workload; print
     /// the table and the recommended FERROX_CPU_THREADS / CMF_POOL_SPIN.
     Tune {
@@ -118,6 +154,24 @@ fn main() -> ExitCode {
             json,
         }) => scenarios::run(quick, json),
         Some(Command::Bench { quick, json, .. }) => bench::run(quick, json),
+        Some(Command::Decode {
+            model,
+            tokenizer,
+            steps,
+            threads,
+            executor,
+            json,
+        }) => llama::run_decode(llama::DecodeOptions {
+            model,
+            tokenizer,
+            steps: steps as usize,
+            threads: threads.map(|n| n as usize),
+            executor,
+            json,
+        }),
+        Some(Command::RandomCheckpoint { shape, out, seed }) => {
+            llama::write_random(shape, &out, seed)
+        }
         Some(Command::Burn { cpu, seconds }) => {
             waiting::burn(cpu, seconds.min(120));
             Ok(())

@@ -145,7 +145,10 @@ fn bench_quick_json_has_every_field_with_sane_values() {
     let positive = |path: &[&str]| {
         let mut v = &r;
         for key in path {
-            v = &v[*key];
+            v = match key.parse::<usize>() {
+                Ok(i) if v.is_array() => &v[i],
+                _ => &v[*key],
+            };
         }
         let x = v
             .as_f64()
@@ -215,6 +218,12 @@ fn bench_quick_json_has_every_field_with_sane_values() {
         "adaptive + 3 fixed budgets beside a busy process"
     );
     positive(&["waiting", "competing_adaptive_vs_best_fixed"]);
+    let llama2 = &r["llama2"][0];
+    assert_eq!(llama2["name"], "stories15M", "{r}");
+    assert_eq!(llama2["same_tokens"], true, "serial, rayon and pool agree");
+    for f in ["serial_tokens_per_s", "rayon_tokens_per_s", "pool_tokens_per_s"] {
+        positive(&["llama2", "0", f, "median"]);
+    }
     let share = r["decode"]["caller_wait_share"].as_f64().unwrap();
     assert!((0.0..1.0).contains(&share), "{share}");
     // Zero when a busy neighbour made the adaptive pool run every matvec
@@ -276,4 +285,124 @@ fn bench_scenarios_quick_json_reports_every_setting() {
         }
         assert!(s["misses"].is_array());
     }
+}
+
+/// A file under the temp dir, removed when dropped.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str) -> TempFile {
+        TempFile(std::env::temp_dir().join(format!("pool-cli-{}-{name}", std::process::id())))
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A llama2.c tokenizer whose token `i` is the piece `<i>`.
+fn numbered_tokenizer(vocab: usize) -> Vec<u8> {
+    let mut bytes = 16i32.to_le_bytes().to_vec();
+    for i in 0..vocab {
+        let piece = format!("<{i}>");
+        bytes.extend_from_slice(&0f32.to_le_bytes());
+        bytes.extend_from_slice(&(piece.len() as i32).to_le_bytes());
+        bytes.extend_from_slice(piece.as_bytes());
+    }
+    bytes
+}
+
+#[test]
+fn decode_gives_the_same_tokens_on_every_executor_and_reports_the_bound() {
+    let model = TempFile::new("s15.bin");
+    let out = pool(&["random-checkpoint", "--shape", "stories15M", model.path()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = |executor: &str| {
+        json(&[
+            "decode",
+            model.path(),
+            "--steps",
+            "3",
+            "--threads",
+            "2",
+            "--executor",
+            executor,
+            "--json",
+        ])
+    };
+    let pooled = run("pool");
+    assert_eq!(pooled["config"]["dim"], 288);
+    assert_eq!(pooled["mapped"], true);
+    assert_eq!(pooled["tokens"].as_array().unwrap().len(), 3);
+    for field in [
+        "tokens_per_s",
+        "read_ceiling_gbs",
+        "bound_tokens_per_s",
+        "share_of_bound",
+    ] {
+        let v = pooled[field].as_f64().unwrap();
+        assert!(v > 0.0 && v.is_finite(), "{field} = {v}");
+    }
+    // 4 bytes x (6 layers x (4 x 288^2 + 3 x 768 x 288 + 2 x 288 RMS)
+    // + the 32000 x 288 classifier + 2 x 288 (embedding row, final RMS)).
+    assert_eq!(pooled["bytes_per_token"], 60_768_000);
+    for executor in ["rayon", "serial"] {
+        assert_eq!(run(executor)["tokens"], pooled["tokens"], "{executor}");
+    }
+    let tokenizer = TempFile::new("tok.bin");
+    std::fs::write(&tokenizer.0, numbered_tokenizer(32000)).unwrap();
+    let text = pool(&[
+        "decode",
+        model.path(),
+        "--steps",
+        "3",
+        "--tokenizer",
+        tokenizer.path(),
+    ]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    let ids = numbers(&pooled["tokens"]);
+    let expected: String = ids.iter().map(|i| format!("<{i}>")).collect();
+    assert!(stdout.contains(&expected), "{expected} in:\n{stdout}");
+}
+
+#[test]
+fn decode_of_a_bad_file_says_what_is_wrong() {
+    let model = TempFile::new("bad.bin");
+    let missing = pool(&["decode", model.path()]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read"));
+    let mut header: Vec<u8> = [288i32, 768, 6, 6, 6, 32000, 256]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    header.extend_from_slice(&[0; 1000]);
+    std::fs::write(&model.0, &header).unwrap();
+    let truncated = pool(&["decode", model.path()]);
+    assert!(!truncated.status.success());
+    let stderr = String::from_utf8_lossy(&truncated.stderr);
+    assert!(
+        stderr.contains("truncated") && stderr.contains("1028"),
+        "{stderr}"
+    );
+    let good = TempFile::new("good.bin");
+    assert!(
+        pool(&["random-checkpoint", "--shape", "stories15M", good.path()])
+            .status
+            .success()
+    );
+    let tokenizer = TempFile::new("short-tok.bin");
+    std::fs::write(&tokenizer.0, numbered_tokenizer(100)).unwrap();
+    let mismatch = pool(&["decode", good.path(), "--tokenizer", tokenizer.path()]);
+    assert!(!mismatch.status.success());
+    assert!(String::from_utf8_lossy(&mismatch.stderr).contains("tokenizer"));
 }

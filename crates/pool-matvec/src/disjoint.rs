@@ -29,6 +29,11 @@ impl<'a, T> DisjointRows<'a, T> {
         }
     }
 
+    /// Elements in the slice.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// The elements `start..end`.
     ///
     /// # Safety

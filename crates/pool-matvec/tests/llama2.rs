@@ -250,7 +250,8 @@ fn logits_are_bit_identical_for_every_executor() {
             bits
         };
         let serial = run(&Serial);
-        for workers in [1, 2] {
+        let widths: &[usize] = if cfg!(miri) { &[1] } else { &[1, 2] };
+        for &workers in widths {
             assert_eq!(
                 run(&Pool::with_spin(workers, 1000)),
                 serial,

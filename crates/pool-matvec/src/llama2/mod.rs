@@ -2,7 +2,8 @@
 //! architecture (RMSNorm, QKV, RoPE, attention over a KV cache, the output
 //! projection, a SwiGLU FFN, the logits), every matvec a row job.
 //!
-//! - Q, K and V are one job (`run_many`), so are the FFN's gate and up;
+//! - Q, K and V are one job (`run_many`); the FFN's gate, up and SwiGLU
+//!   product are one job (each range's gate and up rows computed together);
 //!   attention heads are one job; the output projection, the FFN's down
 //!   projection and the classifier are one each: `5 x layers + 1`
 //!   dispatches per token.
@@ -15,6 +16,7 @@
 //!   mapping to `pool-topo`'s NUMA placement. Elsewhere it reads the file.
 //!
 //! ```
+//! # #[cfg(not(miri))] { // a file mapping
 //! use pool_matvec::decode::Serial;
 //! use pool_matvec::llama2::{write_random_checkpoint, Config, Llama2};
 //!
@@ -27,6 +29,7 @@
 //! assert_eq!(model.generate(&pool, 8, |_, _| {}), model.generate(&Serial, 8, |_, _| {}));
 //! # drop(model);
 //! # std::fs::remove_file(&path).unwrap();
+//! # }
 //! ```
 
 mod checkpoint;
@@ -156,6 +159,12 @@ impl Llama2 {
         }
     }
 
+    /// Every f32 after the header, in file order (what a token reads, and
+    /// a little more: the RoPE tables, the embedding rows not used).
+    pub fn weights(&self) -> &[f32] {
+        self.values()
+    }
+
     /// Every value after the header.
     fn values(&self) -> &[f32] {
         self.try_values()
@@ -234,17 +243,14 @@ impl Llama2 {
             matvec_many(exec, &s.xb, &mut [(at(&l.wo, dim * dim), &mut s.xb2[..])]);
             add(&mut s.x, &s.xb2);
             rms_norm(&mut s.xb, &s.x, at(&l.rms_ffn, dim));
-            matvec_many(
+            swiglu(
                 exec,
                 &s.xb,
-                &mut [
-                    (at(&l.w1, hidden * dim), &mut s.hb[..]),
-                    (at(&l.w3, hidden * dim), &mut s.hb2[..]),
-                ],
+                at(&l.w1, hidden * dim),
+                at(&l.w3, hidden * dim),
+                &mut s.hb,
+                &mut s.hb2,
             );
-            for (h, h2) in s.hb.iter_mut().zip(&s.hb2) {
-                *h = *h / (1.0 + (-*h).exp()) * h2;
-            }
             matvec_many(exec, &s.hb, &mut [(at(&l.w2, dim * hidden), &mut s.xb[..])]);
             add(&mut s.x, &s.xb);
         }
@@ -331,6 +337,30 @@ fn matvec_many(exec: &dyn RowParallel, x: &[f32], parts: &mut [(&[f32], &mut [f3
         .map(|((_, rows, _), f)| (*rows, f as &RowFn<'_>))
         .collect();
     exec.run_many(&parts);
+}
+
+/// `out = silu(w1 x) * (w3 x)`, gate and up of a row range computed
+/// together by one participant, so the product needs no pass of its own.
+fn swiglu(
+    exec: &dyn RowParallel,
+    x: &[f32],
+    w1: &[f32],
+    w3: &[f32],
+    out: &mut [f32],
+    up: &mut [f32],
+) {
+    let cols = x.len();
+    let (out, up) = (DisjointRows::new(out), DisjointRows::new(up));
+    exec.run_rows(out.len(), &|start, end| {
+        // SAFETY: run_rows hands out each range once.
+        let (gate, up) = unsafe { (out.rows(start, end), up.rows(start, end)) };
+        let rows = start * cols..end * cols;
+        matvec_f32_fast(None, &w1[rows.clone()], x, gate);
+        matvec_f32_fast(None, &w3[rows], x, up);
+        for (g, u) in gate.iter_mut().zip(up.iter()) {
+            *g = *g / (1.0 + (-*g).exp()) * u;
+        }
+    });
 }
 
 /// Every head's attention at `pos` over the cache, one job, heads pulled

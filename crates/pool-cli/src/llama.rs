@@ -1,0 +1,415 @@
+//! `pool decode`: greedy decoding of a llama2.c checkpoint on the pool,
+//! and the real-model section of `pool bench`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use pool_benches::{read_ceiling, RayonExecutor, Stats};
+use pool_core::Pool;
+use pool_matvec::decode::Serial;
+use pool_matvec::llama2::{write_random_checkpoint, Config, Llama2, Tokenizer};
+use pool_matvec::RowParallel;
+use serde::Serialize;
+
+use crate::bench::Summary;
+
+/// Which executor runs the decoder's row jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Executor {
+    /// This crate's pool.
+    Pool,
+    /// A rayon pool of the same width (`par_iter` over the same grains).
+    Rayon,
+    /// The calling thread only.
+    Serial,
+}
+
+/// The model shapes `pool random-checkpoint` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Shape {
+    /// dim 288, 6 layers, 6 heads, vocab 32000 (~60 MB).
+    #[value(name = "stories15M")]
+    Stories15M,
+    /// dim 768, 12 layers, 12 heads, vocab 32000 (~440 MB).
+    #[value(name = "stories110M")]
+    Stories110M,
+}
+
+pub(crate) fn write_random(shape: Shape, out: &std::path::Path, seed: u64) -> Result<(), String> {
+    let config = match shape {
+        Shape::Stories15M => Config::STORIES_15M,
+        Shape::Stories110M => Config::STORIES_110M,
+    };
+    write_random_checkpoint(out, &config, seed).map_err(|e| format!("{}: {e}", out.display()))?;
+    println!(
+        "{}: random {shape:?} checkpoint, {:.1} MB",
+        out.display(),
+        config.file_bytes().unwrap_or(0) as f64 / 1e6
+    );
+    Ok(())
+}
+
+/// Options of `pool decode`.
+pub(crate) struct DecodeOptions {
+    pub(crate) model: PathBuf,
+    pub(crate) tokenizer: Option<PathBuf>,
+    pub(crate) steps: usize,
+    pub(crate) threads: Option<usize>,
+    pub(crate) executor: Executor,
+    pub(crate) json: bool,
+}
+
+/// The JSON object of `pool decode --json` (docs/cli.md).
+#[derive(Serialize)]
+struct DecodeReport {
+    model: String,
+    config: ConfigJson,
+    mapped: bool,
+    executor: Executor,
+    threads: usize,
+    steps: usize,
+    tokens: Vec<u32>,
+    text: Option<String>,
+    tokens_per_s: f64,
+    dispatches_per_token: f64,
+    bytes_per_token: usize,
+    read_ceiling_gbs: f64,
+    bound_tokens_per_s: f64,
+    share_of_bound: f64,
+}
+
+#[derive(Serialize)]
+struct ConfigJson {
+    dim: usize,
+    hidden_dim: usize,
+    n_layers: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    vocab_size: usize,
+    seq_len: usize,
+    shared_classifier: bool,
+}
+
+impl From<&Config> for ConfigJson {
+    fn from(c: &Config) -> Self {
+        ConfigJson {
+            dim: c.dim,
+            hidden_dim: c.hidden_dim,
+            n_layers: c.n_layers,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            vocab_size: c.vocab_size,
+            seq_len: c.seq_len,
+            shared_classifier: c.shared_classifier,
+        }
+    }
+}
+
+/// An executor of `threads` participants.
+enum Built {
+    Pool(Pool),
+    Rayon(RayonExecutor),
+    Serial,
+}
+
+impl Built {
+    fn new(executor: Executor, threads: usize) -> Result<Built, String> {
+        Ok(match executor {
+            Executor::Pool => Built::Pool(
+                Pool::builder()
+                    .workers(threads - 1)
+                    .build()
+                    .map_err(|e| format!("cannot start the pool's workers: {e}"))?,
+            ),
+            Executor::Rayon => Built::Rayon(RayonExecutor::new(threads)),
+            Executor::Serial => Built::Serial,
+        })
+    }
+
+    fn exec(&self) -> &dyn RowParallel {
+        match self {
+            Built::Pool(pool) => pool,
+            Built::Rayon(rayon) => rayon,
+            Built::Serial => &Serial,
+        }
+    }
+
+    /// Any pool to measure the read ceiling with (the same width).
+    fn ceiling_pool(&self) -> Option<&Pool> {
+        match self {
+            Built::Pool(pool) => Some(pool),
+            _ => None,
+        }
+    }
+}
+
+/// Tokens/s after the first token (which pays for page faults and cold
+/// caches), and the tokens.
+fn timed_generate(model: &Llama2, exec: &dyn RowParallel, steps: usize) -> (f64, Vec<u32>) {
+    let mut first_done = None;
+    let tokens = model.generate(exec, steps, |pos, _| {
+        if pos == 0 {
+            first_done = Some(Instant::now());
+        }
+    });
+    let elapsed = first_done.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    let rate = if tokens.len() > 1 && elapsed > 0.0 {
+        (tokens.len() - 1) as f64 / elapsed
+    } else {
+        0.0
+    };
+    (rate, tokens)
+}
+
+/// GB/s of one parallel read of the model's weights (median of `samples`),
+/// on `pool` (or the calling thread).
+fn weights_ceiling_gbs(model: &Llama2, pool: Option<&Pool>, samples: usize) -> f64 {
+    let weights = model.weights();
+    let bytes = weights.len() / 4096 * 4096 * 4;
+    read_ceiling(pool, weights);
+    let runs = (0..samples)
+        .map(|_| {
+            let start = Instant::now();
+            std::hint::black_box(read_ceiling(pool, weights));
+            bytes as f64 / start.elapsed().as_nanos() as f64
+        })
+        .collect();
+    Stats::of(runs).median
+}
+
+pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
+    let model = Llama2::open(&o.model).map_err(|e| format!("{}: {e}", o.model.display()))?;
+    let config = *model.config();
+    let tokenizer = o
+        .tokenizer
+        .as_ref()
+        .map(|path| {
+            Tokenizer::open(path, config.vocab_size).map_err(|e| format!("{}: {e}", path.display()))
+        })
+        .transpose()?;
+    if o.steps > config.seq_len {
+        eprintln!(
+            "pool decode: --steps {} is past the model's seq_len {}: decoding {}",
+            o.steps, config.seq_len, config.seq_len
+        );
+    }
+    let steps = o.steps.min(config.seq_len);
+    let threads = match o.executor {
+        Executor::Serial => 1,
+        _ => pool_topo::resolve_cpu_threads(o.threads).threads,
+    };
+    let built = Built::new(o.executor, threads)?;
+    let exec = built.exec();
+    if !o.json {
+        println!(
+            "{}: dim {}, hidden {}, {} layers, {} heads ({} kv), vocab {}, seq_len {}, {:.1} MB per token, {}",
+            o.model.display(),
+            config.dim,
+            config.hidden_dim,
+            config.n_layers,
+            config.n_heads,
+            config.n_kv_heads,
+            config.vocab_size,
+            config.seq_len,
+            config.bytes_per_token() as f64 / 1e6,
+            if model.mapped_file().is_some() { "mapped" } else { "read into memory" }
+        );
+        println!("{:?} executor, {threads} threads", o.executor);
+    }
+    let dispatches_before = pool_core::dispatch_count();
+    let (rate, tokens) = timed_generate(&model, exec, steps);
+    let dispatches = pool_core::dispatch_count() - dispatches_before;
+    let text = tokenizer.as_ref().map(|t| {
+        let mut bytes = Vec::new();
+        let mut previous = pool_matvec::llama2::BOS;
+        for &token in &tokens {
+            bytes.extend_from_slice(t.decode(previous, token));
+            previous = token;
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    });
+    let ceiling_pool;
+    let ceiling_on = match built.ceiling_pool() {
+        Some(pool) => Some(pool),
+        None if threads > 1 => {
+            ceiling_pool = Pool::new(threads - 1);
+            Some(&ceiling_pool)
+        }
+        None => None,
+    };
+    let ceiling = weights_ceiling_gbs(&model, ceiling_on, 5);
+    let bytes_per_token = config.bytes_per_token();
+    let bound = ceiling * 1e9 / bytes_per_token as f64;
+    let report = DecodeReport {
+        model: o.model.display().to_string(),
+        config: (&config).into(),
+        mapped: model.mapped_file().is_some(),
+        executor: o.executor,
+        threads,
+        steps,
+        tokens,
+        text,
+        tokens_per_s: rate,
+        dispatches_per_token: dispatches as f64 / steps.max(1) as f64,
+        bytes_per_token,
+        read_ceiling_gbs: ceiling,
+        bound_tokens_per_s: bound,
+        share_of_bound: rate / bound,
+    };
+    if o.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    let mut stdout = std::io::stdout().lock();
+    match &report.text {
+        Some(text) => writeln!(stdout, "{text}"),
+        None => writeln!(
+            stdout,
+            "{}",
+            report
+                .tokens
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    }
+    .map_err(|e| e.to_string())?;
+    println!(
+        "{:.1} tokens/s over {} tokens after the first, {:.0} dispatches per token",
+        rate,
+        steps.saturating_sub(1),
+        report.dispatches_per_token
+    );
+    println!(
+        "bound: {:.1} GB/s read ceiling over the weights at {threads} threads / {:.1} MB per token = {:.1} tokens/s; reached {:.0} %",
+        ceiling,
+        bytes_per_token as f64 / 1e6,
+        bound,
+        100.0 * report.share_of_bound
+    );
+    Ok(())
+}
+
+/// One random checkpoint decoded by each executor, interleaved (`pool
+/// bench`).
+#[derive(Serialize)]
+pub(crate) struct CheckpointBench {
+    name: &'static str,
+    config: ConfigJson,
+    file_mb: f64,
+    steps: usize,
+    bytes_per_token: usize,
+    read_ceiling_gbs: f64,
+    bound_tokens_per_s: f64,
+    serial_tokens_per_s: Summary,
+    rayon_tokens_per_s: Summary,
+    pool_tokens_per_s: Summary,
+    pool_share_of_bound: f64,
+    pool_vs_rayon: f64,
+    pool_vs_serial: f64,
+    dispatches_per_token: f64,
+    same_tokens: bool,
+}
+
+/// Random stories15M (and, unless `quick`, stories110M) checkpoints,
+/// written to a temporary file, mapped, and decoded by serial, rayon and
+/// `pool` in turn.
+pub(crate) fn measure_checkpoints(
+    pool: &Pool,
+    quick: bool,
+) -> Result<Vec<CheckpointBench>, String> {
+    let shapes: &[(&'static str, Config, usize)] = if quick {
+        &[("stories15M", Config::STORIES_15M, 16)]
+    } else {
+        &[
+            ("stories15M", Config::STORIES_15M, 64),
+            ("stories110M", Config::STORIES_110M, 32),
+        ]
+    };
+    let rounds = if quick { 3 } else { 5 };
+    let rayon = RayonExecutor::new(pool.n_workers() + 1);
+    let mut out = Vec::new();
+    for &(name, config, steps) in shapes {
+        let path = temp_checkpoint(name);
+        write_random_checkpoint(&path, &config, 42)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let model = Llama2::open(&path).map_err(|e| format!("{}: {e}", path.display()));
+        // Unlinked at once: the mapping keeps the pages.
+        let _ = std::fs::remove_file(&path);
+        let model = model?;
+        let read_ceiling_gbs = weights_ceiling_gbs(&model, Some(pool), 5);
+        let bytes_per_token = config.bytes_per_token();
+        let mut runs: [Vec<f64>; 3] = Default::default();
+        let mut tokens: [Vec<u32>; 3] = Default::default();
+        let mut dispatches = 0;
+        for _ in 0..rounds {
+            for (i, exec) in [&Serial as &dyn RowParallel, &rayon, pool]
+                .into_iter()
+                .enumerate()
+            {
+                let before = pool_core::dispatch_count();
+                let (rate, t) = timed_generate(&model, exec, steps);
+                if i == 2 {
+                    dispatches += pool_core::dispatch_count() - before;
+                }
+                runs[i].push(rate);
+                tokens[i] = t;
+            }
+        }
+        let [serial, rayon_rate, pool_rate] = runs.map(|r| Summary::from(Stats::of(r)));
+        let bound = read_ceiling_gbs * 1e9 / bytes_per_token as f64;
+        out.push(CheckpointBench {
+            name,
+            config: (&config).into(),
+            file_mb: config.file_bytes().unwrap_or(0) as f64 / 1e6,
+            steps,
+            bytes_per_token,
+            read_ceiling_gbs,
+            bound_tokens_per_s: bound,
+            serial_tokens_per_s: serial,
+            rayon_tokens_per_s: rayon_rate,
+            pool_tokens_per_s: pool_rate,
+            pool_share_of_bound: pool_rate.median / bound,
+            pool_vs_rayon: pool_rate.median / rayon_rate.median,
+            pool_vs_serial: pool_rate.median / serial.median,
+            dispatches_per_token: dispatches as f64 / (rounds * steps) as f64,
+            same_tokens: tokens[0] == tokens[1] && tokens[1] == tokens[2],
+        });
+    }
+    Ok(out)
+}
+
+fn temp_checkpoint(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("pool-bench-{name}-{}.bin", std::process::id()))
+}
+
+pub(crate) fn print_checkpoints(benches: &[CheckpointBench]) {
+    for b in benches {
+        println!(
+            "llama2 decode, random {} checkpoint ({:.0} MB, mapped), {} tokens after the first",
+            b.name,
+            b.file_mb,
+            b.steps - 1
+        );
+        crate::bench::line("serial", &b.serial_tokens_per_s, "tokens/s");
+        crate::bench::line("rayon", &b.rayon_tokens_per_s, "tokens/s");
+        crate::bench::line("pool", &b.pool_tokens_per_s, "tokens/s");
+        println!(
+            "  bound {:.1} tokens/s ({:.1} GB/s over the weights / {:.1} MB per token): pool reaches {:.0} %; pool/rayon {:.2}x, pool/serial {:.2}x, {:.0} dispatches per token{}",
+            b.bound_tokens_per_s,
+            b.read_ceiling_gbs,
+            b.bytes_per_token as f64 / 1e6,
+            100.0 * b.pool_share_of_bound,
+            b.pool_vs_rayon,
+            b.pool_vs_serial,
+            b.dispatches_per_token,
+            if b.same_tokens { "" } else { "; TOKENS DIFFER between executors" }
+        );
+    }
+}
