@@ -184,16 +184,47 @@ pub fn read_ceiling(pool: Option<&Pool>, data: &[f32]) -> u32 {
     total.load(Ordering::Relaxed) as u32
 }
 
-/// Wrapping sum of the values' bits: one load and one integer add per 8
-/// values, four independent accumulators (AVX2), so the loop never limits
-/// the read.
+/// Wrapping sum of the values' bits: one load and one integer add per 16
+/// (AVX-512, eight accumulators) or 8 values (AVX2, four), so the loop
+/// never limits the read. The widest loads this CPU has: a ceiling read
+/// with narrower loads than the kernels use understates what memory gives
+/// (measured: the AVX-512 f32 kernel at 106 % of an AVX2 ceiling).
 fn sum_bits(data: &[f32]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512 F was detected just above.
+        return unsafe { sum_bits_avx512(data) };
+    }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2 was detected just above.
         return unsafe { sum_bits_avx2(data) };
     }
     data.iter().fold(0u32, |s, v| s.wrapping_add(v.to_bits()))
+}
+
+/// # Safety
+///
+/// The CPU must support AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn sum_bits_avx512(data: &[f32]) -> u32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_si512(); 8];
+    let chunks = data.chunks_exact(128);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `chunk` holds 128 values; lane group k is 16 of them.
+            let v = unsafe { _mm512_loadu_si512(chunk.as_ptr().add(16 * k).cast()) };
+            *a = _mm512_add_epi32(*a, v);
+        }
+    }
+    let sum = acc
+        .iter()
+        .fold(_mm512_setzero_si512(), |s, a| _mm512_add_epi32(s, *a));
+    let body = _mm512_reduce_add_epi32(sum) as u32;
+    tail.iter().fold(body, |s, v| s.wrapping_add(v.to_bits()))
 }
 
 /// # Safety

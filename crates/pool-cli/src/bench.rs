@@ -34,12 +34,14 @@ impl From<Stats> for Summary {
 #[derive(Serialize)]
 pub(crate) struct BenchReport {
     quick: bool,
+    simd_tier: &'static str,
     participants: usize,
     pool_workers: usize,
     oversubscribed_workers: usize,
     fork_join_ns: ForkJoin,
     ratios: Ratios,
     bandwidth: Bandwidth,
+    kernel_shapes: Vec<KernelShape>,
     decode: Decode,
     llama2: Vec<crate::llama::CheckpointBench>,
     waiting: crate::waiting::Waiting,
@@ -78,6 +80,62 @@ struct Bandwidth {
     q8_0_pool_gbs: Summary,
     f32_pool_pct_of_ceiling: f64,
     q8_0_pool_pct_of_ceiling: f64,
+}
+
+/// The serial f32 kernel on a decode shape, cycling over distinct matrices
+/// (from DRAM in the full run), beside a one-thread read of the same bytes.
+#[derive(Serialize)]
+struct KernelShape {
+    rows: usize,
+    cols: usize,
+    matrices: usize,
+    mb: f64,
+    one_thread_ceiling_gbs: Summary,
+    serial_kernel_gbs: Summary,
+    kernel_vs_ceiling: f64,
+}
+
+/// Serial `matvec_f32_fast` on the 2048x768 and 768x2048 decode shapes,
+/// interleaved with a one-thread read of the same bytes.
+fn kernel_shapes(quick: bool) -> Vec<KernelShape> {
+    // Full: 640 MiB of distinct matrices, past this machine's last-level
+    // cache. Quick: 48 MiB, which may sit in cache.
+    let bytes: usize = if quick { 48 << 20 } else { 640 << 20 };
+    let rounds = if quick { 3 } else { 7 };
+    let mut rng = XorShift(17);
+    let w: Vec<f32> = (0..bytes / 4).map(|_| rng.uniform()).collect();
+    [(2048, 768), (768, 2048)]
+        .into_iter()
+        .map(|(rows, cols)| {
+            let x: Vec<f32> = (0..cols).map(|_| rng.uniform()).collect();
+            let mut out = vec![0.0f32; rows];
+            let matrices = w.len() / (rows * cols);
+            let used = &w[..matrices * rows * cols];
+            let used_bytes = used.len() * 4;
+            let mut runs: [Vec<f64>; 2] = Default::default();
+            for _ in 0..rounds {
+                runs[0].push(gbs_once(used_bytes, || {
+                    std::hint::black_box(read_ceiling(None, used));
+                }));
+                runs[1].push(gbs_once(used_bytes, || {
+                    for m in used.chunks_exact(rows * cols) {
+                        matvec_f32_fast(None, m, &x, &mut out);
+                        std::hint::black_box(&out);
+                    }
+                }));
+            }
+            let [ceiling, kernel] = runs.map(|r| Summary::from(Stats::of(r)));
+            KernelShape {
+                rows,
+                cols,
+                matrices,
+                mb: used_bytes as f64 / 1e6,
+                one_thread_ceiling_gbs: ceiling,
+                serial_kernel_gbs: kernel,
+                kernel_vs_ceiling: kernel.median / ceiling.median,
+            }
+        })
+        .collect()
 }
 
 #[derive(Serialize)]
@@ -253,6 +311,8 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         q8_0_pool_pct_of_ceiling: 100.0 * q8_0_pool_gbs.median / read_ceiling_gbs.median,
     };
 
+    let kernel_shapes = kernel_shapes(quick);
+
     let config = if quick {
         DecodeConfig {
             dim: 512,
@@ -300,12 +360,14 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
     let waiting = crate::waiting::measure(&model, workers, tokens, quick);
     BenchReport {
         quick,
+        simd_tier: pool_matvec::simd_tier().name(),
         participants,
         pool_workers: workers,
         oversubscribed_workers,
         fork_join_ns,
         ratios,
         bandwidth,
+        kernel_shapes,
         decode,
         llama2,
         waiting,
@@ -377,7 +439,10 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
         q.pool_vs_ping_pong, q.pool_vs_spin_reference, q.rayon_inside_vs_pool, q.rayon_outside_vs_pool, q.spawn_vs_pool
     );
     let b = &r.bandwidth;
-    println!("bandwidth, {}x{} f32 matrix", b.matrix[0], b.matrix[1]);
+    println!(
+        "bandwidth, {}x{} f32 matrix, {} kernels",
+        b.matrix[0], b.matrix[1], r.simd_tier
+    );
     line(
         "parallel read of the same bytes (ceiling)",
         &b.read_ceiling_gbs,
@@ -391,6 +456,15 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
         "  pool f32 at {:.0} % of the read ceiling, Q8_0 at {:.0} %",
         b.f32_pool_pct_of_ceiling, b.q8_0_pool_pct_of_ceiling
     );
+    for k in &r.kernel_shapes {
+        println!(
+            "serial f32 kernel ({} tier), {}x{} decode shape, {} matrices ({:.0} MB)",
+            r.simd_tier, k.rows, k.cols, k.matrices, k.mb
+        );
+        line("one-thread read of the same bytes", &k.one_thread_ceiling_gbs, "GB/s");
+        line("matvec_f32_fast, serial", &k.serial_kernel_gbs, "GB/s");
+        println!("  kernel at {:.0} % of the one-thread ceiling", 100.0 * k.kernel_vs_ceiling);
+    }
     let d = &r.decode;
     println!(
         "decode, dim {} hidden {} layers {} vocab {}, {}",

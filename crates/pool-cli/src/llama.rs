@@ -343,12 +343,15 @@ pub(crate) fn measure_checkpoints(
         // Unlinked at once: the mapping keeps the pages.
         let _ = std::fs::remove_file(&path);
         let model = model?;
-        let read_ceiling_gbs = weights_ceiling_gbs(&model, Some(pool), 5);
         let bytes_per_token = config.bytes_per_token();
         let mut runs: [Vec<f64>; 3] = Default::default();
+        let mut ceilings = Vec::new();
         let mut tokens: [Vec<u32>; 3] = Default::default();
         let mut dispatches = 0;
         for _ in 0..rounds {
+            // The ceiling too, once a round: drift hits it and the
+            // executors alike.
+            ceilings.push(weights_ceiling_gbs(&model, Some(pool), 1));
             for (i, exec) in [&Serial as &dyn RowParallel, &rayon, pool]
                 .into_iter()
                 .enumerate()
@@ -363,6 +366,7 @@ pub(crate) fn measure_checkpoints(
             }
         }
         let [serial, rayon_rate, pool_rate] = runs.map(|r| Summary::from(Stats::of(r)));
+        let read_ceiling_gbs = Stats::of(ceilings).median;
         let bound = read_ceiling_gbs * 1e9 / bytes_per_token as f64;
         out.push(CheckpointBench {
             name,

@@ -221,7 +221,11 @@ fn bench_quick_json_has_every_field_with_sane_values() {
     let llama2 = &r["llama2"][0];
     assert_eq!(llama2["name"], "stories15M", "{r}");
     assert_eq!(llama2["same_tokens"], true, "serial, rayon and pool agree");
-    for f in ["serial_tokens_per_s", "rayon_tokens_per_s", "pool_tokens_per_s"] {
+    for f in [
+        "serial_tokens_per_s",
+        "rayon_tokens_per_s",
+        "pool_tokens_per_s",
+    ] {
         positive(&["llama2", "0", f, "median"]);
     }
     let share = r["decode"]["caller_wait_share"].as_f64().unwrap();

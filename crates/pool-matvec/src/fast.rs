@@ -5,8 +5,8 @@
 //! multiple of 32; the lanes are reduced in one fixed tree
 //! (`s[k] = (a[k] + a[k+8]) + (a[k+16] + a[k+24])`, then halves of 4, 2, 1);
 //! the remaining `cols % 32` products are fused into the result in `j`
-//! order. Every code path (AVX2+FMA on x86_64, NEON on aarch64, the portable
-//! fallback) computes exactly this,
+//! order. Every code path (AVX-512 and AVX2+FMA on x86_64, NEON on
+//! aarch64, the portable fallback; see [`SimdTier`]) computes exactly this,
 //! so the result never depends on the CPU's features, the thread count or
 //! the grain. It differs from the plain-order kernel [`crate::matvec_rows`]
 //! by rounding only: on random data in [-1, 1), a relative difference
@@ -17,6 +17,7 @@ use pool_core::Pool;
 use crate::disjoint::DisjointRows;
 use crate::rows::run_rows_on;
 use crate::shape::{check_matvec, should_parallelize};
+use crate::tier::{simd_tier, SimdTier};
 
 const LANES: usize = 32;
 
@@ -75,9 +76,15 @@ pub fn dot_fast_portable(w: &[f32], x: &[f32]) -> f32 {
     result
 }
 
-/// One row's dot product by the best path this CPU has.
+/// One row's dot product by the tier the kernels use ([`simd_tier`]).
 pub fn dot_fast(w: &[f32], x: &[f32]) -> f32 {
     select_dot()(w, x)
+}
+
+/// One row's dot product by `tier`'s code path; `None` if this CPU cannot
+/// run it. Every tier gives the same bits (for tests and benchmarks).
+pub fn dot_fast_on(tier: SimdTier, w: &[f32], x: &[f32]) -> Option<f32> {
+    tier.is_available().then(|| kernels_for(tier).0(w, x))
 }
 
 type DotFn = fn(&[f32], &[f32]) -> f32;
@@ -87,28 +94,25 @@ fn dot2_portable(w0: &[f32], w1: &[f32], x: &[f32]) -> (f32, f32) {
     (dot_fast_portable(w0, x), dot_fast_portable(w1, x))
 }
 
+/// The one-row and two-row kernels of an available `tier`.
+fn kernels_for(tier: SimdTier) -> (DotFn, Dot2Fn) {
+    match tier {
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx512 => (avx512::dot, avx512::dot2),
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx2 => (avx2::dot, avx2::dot2),
+        #[cfg(target_arch = "aarch64")]
+        SimdTier::Neon => (neon::dot, neon::dot2),
+        _ => (dot_fast_portable, dot2_portable),
+    }
+}
+
 fn select_dot2() -> Dot2Fn {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        return avx2::dot2;
-    }
-    #[cfg(target_arch = "aarch64")]
-    if std::arch::is_aarch64_feature_detected!("neon") {
-        return neon::dot2;
-    }
-    dot2_portable
+    kernels_for(simd_tier()).1
 }
 
 fn select_dot() -> DotFn {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        return avx2::dot;
-    }
-    #[cfg(target_arch = "aarch64")]
-    if std::arch::is_aarch64_feature_detected!("neon") {
-        return neon::dot;
-    }
-    dot_fast_portable
+    kernels_for(simd_tier()).0
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -119,15 +123,14 @@ mod avx2 {
 
     /// Safe entry: only selected after AVX2 and FMA were detected.
     pub(super) fn dot(w: &[f32], x: &[f32]) -> f32 {
-        // SAFETY: `select_dot` returns this function only when the CPU
-        // reports AVX2 and FMA.
+        // SAFETY: `kernels_for` hands this out only for an available
+        // `SimdTier::Avx2` (or wider), which requires AVX2 and FMA.
         unsafe { dot_avx2(w, x) }
     }
 
     /// Safe entry: only selected after AVX2 and FMA were detected.
     pub(super) fn dot2(w0: &[f32], w1: &[f32], x: &[f32]) -> (f32, f32) {
-        // SAFETY: `select_dot2` returns this function only when the CPU
-        // reports AVX2 and FMA.
+        // SAFETY: as for `dot`.
         unsafe { dot2_avx2(w0, w1, x) }
     }
 
@@ -222,6 +225,107 @@ mod avx2 {
     }
 }
 
+/// AVX-512: the same 32 lanes as two 16-lane accumulators (`a0` holds lanes
+/// 0..16, `a1` lanes 16..32), the same fused multiply-adds and the same
+/// reduction tree: `s[k] = (a[k] + a[k+8]) + (a[k+16] + a[k+24])` is
+/// `(a0.lo + a0.hi) + (a1.lo + a1.hi)` on 256-bit halves. Fewer
+/// instructions per byte keep more loads in flight.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::LANES;
+
+    /// Safe entry: only selected after the AVX-512 tier was detected.
+    pub(super) fn dot(w: &[f32], x: &[f32]) -> f32 {
+        // SAFETY: `kernels_for` hands this out only for an available
+        // `SimdTier::Avx512`, which requires AVX-512 F/DQ, AVX2 and FMA.
+        unsafe { dot_avx512(w, x) }
+    }
+
+    /// Safe entry: as for `dot`.
+    pub(super) fn dot2(w0: &[f32], w1: &[f32], x: &[f32]) -> (f32, f32) {
+        // SAFETY: as for `dot`.
+        unsafe { dot2_avx512(w0, w1, x) }
+    }
+
+    /// The fixed reduction tree, then the tail fused in `j` order.
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 F/DQ, AVX2 and FMA.
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    #[inline]
+    unsafe fn finish(a0: __m512, a1: __m512, w: &[f32], x: &[f32], body: usize) -> f32 {
+        // (a[k] + a[k+8]) and (a[k+16] + a[k+24]), k in 0..8
+        let lo = _mm256_add_ps(_mm512_castps512_ps256(a0), _mm512_extractf32x8_ps::<1>(a0));
+        let hi = _mm256_add_ps(_mm512_castps512_ps256(a1), _mm512_extractf32x8_ps::<1>(a1));
+        let s = _mm256_add_ps(lo, hi);
+        // t[k] = s[k] + s[k + 4]
+        let t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+        // u[k] = t[k] + t[k + 2]
+        let u = _mm_add_ps(t, _mm_movehl_ps(t, t));
+        // u[0] + u[1]
+        let mut result = _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps::<0b01>(u, u)));
+        for k in body..w.len() {
+            result = w[k].mul_add(x[k], result);
+        }
+        result
+    }
+
+    /// # Safety
+    ///
+    /// AVX-512 F/DQ, AVX2 and FMA.
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    unsafe fn dot_avx512(w: &[f32], x: &[f32]) -> f32 {
+        assert_eq!(w.len(), x.len());
+        let body = w.len() / LANES * LANES;
+        let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let mut j = 0;
+        while j < body {
+            // SAFETY: j + 32 <= body <= len of both slices.
+            unsafe {
+                let (w, x) = (w.as_ptr().add(j), x.as_ptr().add(j));
+                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w), _mm512_loadu_ps(x), a0);
+                a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w.add(16)), _mm512_loadu_ps(x.add(16)), a1);
+            }
+            j += LANES;
+        }
+        // SAFETY: the features, by this function's contract.
+        unsafe { finish(a0, a1, w, x, body) }
+    }
+
+    /// Two rows, one pass over `x`; each row's operations are exactly
+    /// `dot_avx512`'s.
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 F/DQ, AVX2 and FMA.
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    unsafe fn dot2_avx512(w0: &[f32], w1: &[f32], x: &[f32]) -> (f32, f32) {
+        assert!(w0.len() == x.len() && w1.len() == x.len());
+        let body = x.len() / LANES * LANES;
+        let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let (mut b0, mut b1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let mut j = 0;
+        while j < body {
+            // SAFETY: j + 32 <= body <= len of all three slices.
+            unsafe {
+                let xp = x.as_ptr().add(j);
+                let (x0, x1) = (_mm512_loadu_ps(xp), _mm512_loadu_ps(xp.add(16)));
+                let (p, q) = (w0.as_ptr().add(j), w1.as_ptr().add(j));
+                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(p), x0, a0);
+                a1 = _mm512_fmadd_ps(_mm512_loadu_ps(p.add(16)), x1, a1);
+                b0 = _mm512_fmadd_ps(_mm512_loadu_ps(q), x0, b0);
+                b1 = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(16)), x1, b1);
+            }
+            j += LANES;
+        }
+        // SAFETY: the features, by this function's contract.
+        unsafe { (finish(a0, a1, w0, x, body), finish(b0, b1, w1, x, body)) }
+    }
+}
+
 /// NEON: the same 32 lanes as eight 4-lane accumulators (`q[k]` holds lanes
 /// `4k..4k+4`), the same fused multiply-adds and the same reduction tree.
 /// Compile-checked in CI for `aarch64-unknown-linux-gnu` (no aarch64 host to
@@ -234,8 +338,8 @@ mod neon {
 
     /// Safe entry: only selected after NEON was detected.
     pub(super) fn dot(w: &[f32], x: &[f32]) -> f32 {
-        // SAFETY: `select_dot` returns this function only when the CPU
-        // reports NEON.
+        // SAFETY: `kernels_for` hands this out only for an available
+        // `SimdTier::Neon`, which requires NEON.
         unsafe { dot_neon(w, x) }
     }
 

@@ -135,7 +135,7 @@ type DotFn = fn(&[BlockQ8_0], &[BlockQ8_0]) -> f32;
 
 fn select_dot() -> DotFn {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c") {
+    if crate::tier::simd_tier() >= crate::tier::SimdTier::Avx2 {
         return avx2::dot;
     }
     dot_q8_0_scalar
@@ -149,8 +149,9 @@ mod avx2 {
 
     /// Safe entry: only selected after AVX2 and F16C were detected.
     pub(super) fn dot(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
-        // SAFETY: `select_dot` returns this function only when the CPU
-        // reports AVX2 and F16C.
+        // SAFETY: `select_dot` returns this function only for the AVX2
+        // tier or wider (`SimdTier::is_available`), which requires AVX2
+        // and F16C.
         unsafe { dot_avx2(w, x) }
     }
 

@@ -174,6 +174,50 @@ fn the_fast_kernel_is_identical_across_thread_counts_and_to_its_portable_path() 
 }
 
 #[test]
+fn every_simd_tier_this_cpu_has_gives_the_portable_bits() {
+    let tiers = SimdTier::available();
+    assert_eq!(tiers[0], SimdTier::Portable);
+    assert!(
+        tiers.contains(&simd_tier()),
+        "{:?} in {tiers:?}",
+        simd_tier()
+    );
+    // One block, a block and a tail, tails alone, many blocks.
+    let lengths: &[usize] = if cfg!(miri) {
+        &[0, 5, 32, 33]
+    } else {
+        &[0, 1, 5, 31, 32, 33, 64, 95, 288, 768, 2048, 4099]
+    };
+    for &cols in lengths {
+        let (w, x) = (spread(2 * cols, 31 + cols as u64), spread(cols, 32));
+        let (w0, w1) = w.split_at(cols);
+        let expected = [
+            dot_fast_portable(w0, &x).to_bits(),
+            dot_fast_portable(w1, &x).to_bits(),
+        ];
+        for &tier in &tiers {
+            let got = [w0, w1].map(|row| dot_fast_on(tier, row, &x).unwrap().to_bits());
+            assert_eq!(got, expected, "{tier} at {cols} columns");
+        }
+        // The matvec pairs rows (the two-row kernels): a 2-row matrix.
+        let mut out = [0.0f32; 2];
+        matvec_f32_fast(None, &w, &x, &mut out);
+        assert_eq!(
+            out.map(f32::to_bits),
+            expected,
+            "{} (the tier in use) at {cols}",
+            simd_tier()
+        );
+    }
+    let unavailable = [SimdTier::Neon, SimdTier::Avx2, SimdTier::Avx512]
+        .into_iter()
+        .find(|t| !t.is_available());
+    if let Some(tier) = unavailable {
+        assert_eq!(dot_fast_on(tier, &[1.0], &[1.0]), None, "{tier}");
+    }
+}
+
+#[test]
 #[cfg_attr(
     miri,
     ignore = "a million interpreted multiplies; no unsafe code of its own"

@@ -1,0 +1,171 @@
+//! Which SIMD code path the kernels take: detected once, lowered on request.
+//!
+//! Every tier computes the same bits (the kernels fix their reduction
+//! order), so the tier changes only the speed. `POOL_SIMD_TIER` forces a
+//! lower tier for debugging or for measuring what a wider one buys
+//! (`portable`, `avx2`, `avx512`, `neon`); a value that does not parse, or
+//! names a tier this CPU lacks, is logged and ignored.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+/// The environment variable that lowers the tier.
+pub const SIMD_TIER_ENV: &str = "POOL_SIMD_TIER";
+
+/// A SIMD code path of the kernels, from narrowest to widest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SimdTier {
+    /// Plain Rust, any CPU.
+    Portable,
+    /// aarch64 NEON (f32: 4-lane FMA).
+    Neon,
+    /// x86_64 AVX2 + FMA + F16C (f32: 8-lane FMA; Q8_0: `maddubs`).
+    Avx2,
+    /// x86_64 AVX-512 F/BW/DQ/VL + the AVX2 tier's features (f32: 16-lane
+    /// FMA, two rows per pass).
+    Avx512,
+}
+
+impl SimdTier {
+    /// The name `POOL_SIMD_TIER` takes and reports print.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdTier::Portable => "portable",
+            SimdTier::Neon => "neon",
+            SimdTier::Avx2 => "avx2",
+            SimdTier::Avx512 => "avx512",
+        }
+    }
+
+    /// Parses a tier name (as [`SimdTier::name`] prints it).
+    pub fn parse(name: &str) -> Option<SimdTier> {
+        Some(match name.trim().to_ascii_lowercase().as_str() {
+            "portable" | "scalar" => SimdTier::Portable,
+            "neon" => SimdTier::Neon,
+            "avx2" => SimdTier::Avx2,
+            "avx512" | "avx-512" => SimdTier::Avx512,
+            _ => return None,
+        })
+    }
+
+    /// Whether this CPU can run the tier.
+    pub fn is_available(self) -> bool {
+        match self {
+            SimdTier::Portable => true,
+            #[cfg(target_arch = "aarch64")]
+            SimdTier::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[cfg(target_arch = "x86_64")]
+            SimdTier::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                    && std::arch::is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            SimdTier::Avx512 => {
+                SimdTier::Avx2.is_available()
+                    && std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+            }
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// Every tier this CPU can run, narrowest first.
+    pub fn available() -> Vec<SimdTier> {
+        [
+            SimdTier::Portable,
+            SimdTier::Neon,
+            SimdTier::Avx2,
+            SimdTier::Avx512,
+        ]
+        .into_iter()
+        .filter(|t| t.is_available())
+        .collect()
+    }
+
+    /// The widest tier this CPU can run.
+    pub fn detected() -> SimdTier {
+        *SimdTier::available()
+            .last()
+            .expect("portable is always available")
+    }
+}
+
+impl fmt::Display for SimdTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The tier the kernels use: [`SimdTier::detected`], or the lower one
+/// `POOL_SIMD_TIER` names. Decided once per process.
+pub fn simd_tier() -> SimdTier {
+    static TIER: OnceLock<SimdTier> = OnceLock::new();
+    *TIER.get_or_init(|| {
+        tier_from(
+            std::env::var(SIMD_TIER_ENV).ok().as_deref(),
+            SimdTier::detected(),
+        )
+    })
+}
+
+/// The tier for a `POOL_SIMD_TIER` value (`None`: unset) on a CPU whose
+/// widest tier is `detected`.
+fn tier_from(requested: Option<&str>, detected: SimdTier) -> SimdTier {
+    let Some(value) = requested.filter(|v| !v.trim().is_empty()) else {
+        return detected;
+    };
+    match SimdTier::parse(value) {
+        Some(tier) if tier.is_available() && tier <= detected => tier,
+        Some(tier) => {
+            tracing::warn!("{SIMD_TIER_ENV}={value}: this CPU cannot run {tier}; using {detected}");
+            detected
+        }
+        None => {
+            tracing::warn!(
+                "{SIMD_TIER_ENV}={value} is not a tier (portable, neon, avx2, avx512); using {detected}"
+            );
+            detected
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unset_or_empty_variable_keeps_the_detected_tier() {
+        let detected = SimdTier::detected();
+        assert_eq!(tier_from(None, detected), detected);
+        assert_eq!(tier_from(Some(" "), detected), detected);
+    }
+
+    #[test]
+    fn the_variable_lowers_the_tier_and_never_raises_it() {
+        let detected = SimdTier::detected();
+        assert_eq!(tier_from(Some("portable"), detected), SimdTier::Portable);
+        assert_eq!(tier_from(Some("PORTABLE"), detected), SimdTier::Portable);
+        // A tier wider than the detected one (or absent) is ignored.
+        assert_eq!(
+            tier_from(Some("avx512"), SimdTier::Portable),
+            SimdTier::Portable
+        );
+        assert_eq!(tier_from(Some("sse9"), detected), detected);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for tier in [
+            SimdTier::Portable,
+            SimdTier::Neon,
+            SimdTier::Avx2,
+            SimdTier::Avx512,
+        ] {
+            assert_eq!(SimdTier::parse(tier.name()), Some(tier));
+        }
+    }
+}
