@@ -461,9 +461,16 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
             "serial f32 kernel ({} tier), {}x{} decode shape, {} matrices ({:.0} MB)",
             r.simd_tier, k.rows, k.cols, k.matrices, k.mb
         );
-        line("one-thread read of the same bytes", &k.one_thread_ceiling_gbs, "GB/s");
+        line(
+            "one-thread read of the same bytes",
+            &k.one_thread_ceiling_gbs,
+            "GB/s",
+        );
         line("matvec_f32_fast, serial", &k.serial_kernel_gbs, "GB/s");
-        println!("  kernel at {:.0} % of the one-thread ceiling", 100.0 * k.kernel_vs_ceiling);
+        println!(
+            "  kernel at {:.0} % of the one-thread ceiling",
+            100.0 * k.kernel_vs_ceiling
+        );
     }
     let d = &r.decode;
     println!(

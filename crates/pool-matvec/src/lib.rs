@@ -5,7 +5,9 @@
 //!   [`grain_for`]-sized row ranges from a shared cursor;
 //! - [`matvec_rows`], [`matvec_rows2`]: f32 matvec bit-identical to the
 //!   naive loop for any thread count;
-//! - [`matvec_f32_fast`]: SIMD f32 with a fixed reduction order;
+//! - [`matvec_f32_fast`]: SIMD f32 with a fixed reduction order, the same
+//!   bits on every [`SimdTier`] (portable, NEON, AVX2, AVX-512; chosen once
+//!   by [`simd_tier`], lowered with `POOL_SIMD_TIER`);
 //! - [`matvec_q8_0`]: GGUF Q8_0 weights, AVX2 and scalar bit-identical;
 //! - [`decode`]: a synthetic decode step to measure all of it;
 //! - [`llama2`]: a real llama2 decoder on llama2.c checkpoints.

@@ -336,3 +336,40 @@ fn bad_checkpoints_are_clear_errors() {
     let missing = Llama2::open(temp_path("does-not-exist")).unwrap_err();
     assert!(matches!(missing, LoadError::Io(_)), "{missing}");
 }
+
+#[test]
+fn the_parallel_argmax_is_the_serial_one() {
+    watched("argmax", |_| {
+        use pool_matvec::llama2::{argmax, argmax_on};
+        let pool = Pool::with_spin(2, 1000);
+        let n = if cfg!(miri) { 70 } else { 5000 };
+        let mut rng = pool_matvec::decode::XorShift(9);
+        let mut cases: Vec<Vec<f32>> = vec![
+            vec![],
+            vec![f32::NAN; 3],
+            vec![-0.0, 0.0, -0.0],
+            vec![-1.0, -3.0, f32::NAN, -1.0],
+            vec![2.0; n],
+        ];
+        let mut ties = vec![0.5f32; n];
+        ties[n / 3] = 7.0;
+        ties[2 * n / 3] = 7.0;
+        cases.push(ties);
+        cases.push((0..n).map(|_| rng.uniform()).collect());
+        for logits in &cases {
+            let serial = argmax(logits);
+            assert_eq!(
+                argmax_on(&Serial, logits),
+                serial,
+                "{:?}",
+                &logits[..logits.len().min(5)]
+            );
+            assert_eq!(
+                argmax_on(&pool, logits),
+                serial,
+                "{:?}",
+                &logits[..logits.len().min(5)]
+            );
+        }
+    });
+}

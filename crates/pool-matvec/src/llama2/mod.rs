@@ -43,7 +43,7 @@ pub use tokenizer::{Tokenizer, BOS};
 use checkpoint::Layout;
 
 use crate::disjoint::DisjointRows;
-use crate::fast::matvec_f32_fast;
+use crate::fast::{dot_fast, matvec_f32_fast};
 use crate::rows::{RowFn, RowParallel};
 
 /// Where the weights live.
@@ -275,7 +275,7 @@ impl Llama2 {
         let mut token = BOS;
         let mut tokens = Vec::with_capacity(steps);
         for pos in 0..steps.min(self.config.seq_len) {
-            token = argmax(self.forward(exec, &mut state, token, pos));
+            token = argmax_on(exec, self.forward(exec, &mut state, token, pos));
             on_token(pos, token);
             tokens.push(token);
         }
@@ -309,6 +309,43 @@ pub fn argmax(logits: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// [`argmax`] as a row job: each range's best folded into one atomic key
+/// ordered by value, then by lower index, so the answer is the serial
+/// one whatever the ranges.
+pub fn argmax_on(exec: &dyn RowParallel, logits: &[f32]) -> u32 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    /// Larger for a larger value, then for a lower index; NaN lowest.
+    fn key(value: f32, index: usize) -> u64 {
+        let ordered = if value.is_nan() {
+            0
+        } else {
+            // -0.0 and 0.0 compare equal: one key for both.
+            let bits = (value + 0.0).to_bits();
+            if bits >> 31 == 1 {
+                !bits
+            } else {
+                bits | 1 << 31
+            }
+        };
+        (u64::from(ordered) << 32) | u64::from(u32::MAX - index as u32)
+    }
+    if logits.is_empty() {
+        return 0;
+    }
+    assert!(logits.len() <= u32::MAX as usize, "{} logits", logits.len());
+    // Relaxed: a max over values; the job's barrier publishes the result.
+    let best = AtomicU64::new(0);
+    exec.run_rows(logits.len(), &|start, end| {
+        let local = start + argmax(&logits[start..end]) as usize;
+        best.fetch_max(key(logits[local], local), Ordering::Relaxed);
+    });
+    let best = best.into_inner();
+    if best >> 32 == 0 {
+        return 0; // every logit NaN: as `argmax`
+    }
+    u32::MAX - (best as u32)
 }
 
 /// `out[i] = w_i x` for matrices sharing the input `x`, as one row job.
@@ -389,7 +426,9 @@ fn attention(exec: &dyn RowParallel, c: &Config, layer: usize, pos: usize, s: &m
             let kv_offset = (h / group) * hs;
             for (t, a) in att.iter_mut().enumerate() {
                 let k = &keys[t * kv_dim + kv_offset..][..hs];
-                *a = q.iter().zip(k).map(|(q, k)| q * k).sum::<f32>() * scale;
+                // The SIMD kernel's fixed order: the same bits on every
+                // tier and thread count, no dependent chain of adds.
+                *a = dot_fast(q, k) * scale;
             }
             softmax(att);
             out.fill(0.0);
