@@ -8,7 +8,7 @@ use std::time::Instant;
 use pool_benches::{read_ceiling, RayonExecutor, Stats};
 use pool_core::Pool;
 use pool_matvec::decode::Serial;
-use pool_matvec::llama2::{write_random_checkpoint, Config, Llama2, Tokenizer};
+use pool_matvec::llama2::{write_random_checkpoint, Config, Llama2, Residence, Tokenizer};
 use pool_matvec::RowParallel;
 use serde::Serialize;
 
@@ -58,6 +58,7 @@ pub(crate) struct DecodeOptions {
     pub(crate) steps: usize,
     pub(crate) threads: Option<usize>,
     pub(crate) executor: Executor,
+    pub(crate) huge_pages: bool,
     pub(crate) json: bool,
 }
 
@@ -67,6 +68,7 @@ struct DecodeReport {
     model: String,
     config: ConfigJson,
     mapped: bool,
+    residence: &'static str,
     executor: Executor,
     threads: usize,
     steps: usize,
@@ -145,6 +147,15 @@ impl Built {
     }
 }
 
+/// How the weights are held, for reports.
+fn residence_name(model: &Llama2) -> &'static str {
+    match model.residence() {
+        Some(Residence::Mapped) => "mapped",
+        Some(Residence::HugePageCopy) => "huge-page copy",
+        None => "read into memory",
+    }
+}
+
 /// Tokens/s after the first token (which pays for page faults and cold
 /// caches), and the tokens.
 fn timed_generate(model: &Llama2, exec: &dyn RowParallel, steps: usize) -> (f64, Vec<u32>) {
@@ -180,7 +191,13 @@ fn weights_ceiling_gbs(model: &Llama2, pool: Option<&Pool>, samples: usize) -> f
 }
 
 pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
-    let model = Llama2::open(&o.model).map_err(|e| format!("{}: {e}", o.model.display()))?;
+    let residence = if o.huge_pages {
+        Residence::HugePageCopy
+    } else {
+        Residence::Mapped
+    };
+    let model = Llama2::open_with(&o.model, residence)
+        .map_err(|e| format!("{}: {e}", o.model.display()))?;
     let config = *model.config();
     let tokenizer = o
         .tokenizer
@@ -214,7 +231,7 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
             config.vocab_size,
             config.seq_len,
             config.bytes_per_token() as f64 / 1e6,
-            if model.mapped_file().is_some() { "mapped" } else { "read into memory" }
+            residence_name(&model)
         );
         println!("{:?} executor, {threads} threads", o.executor);
     }
@@ -246,6 +263,7 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         model: o.model.display().to_string(),
         config: (&config).into(),
         mapped: model.mapped_file().is_some(),
+        residence: residence_name(&model),
         executor: o.executor,
         threads,
         steps,
@@ -310,6 +328,7 @@ pub(crate) struct CheckpointBench {
     serial_tokens_per_s: Summary,
     rayon_tokens_per_s: Summary,
     pool_tokens_per_s: Summary,
+    pool_huge_pages_tokens_per_s: Summary,
     pool_share_of_bound: f64,
     pool_vs_rayon: f64,
     pool_vs_serial: f64,
@@ -340,24 +359,29 @@ pub(crate) fn measure_checkpoints(
         write_random_checkpoint(&path, &config, 42)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let model = Llama2::open(&path).map_err(|e| format!("{}: {e}", path.display()));
+        let copied = Llama2::open_with(&path, Residence::HugePageCopy)
+            .map_err(|e| format!("{}: {e}", path.display()));
         // Unlinked at once: the mapping keeps the pages.
         let _ = std::fs::remove_file(&path);
-        let model = model?;
+        let (model, copied) = (model?, copied?);
         let bytes_per_token = config.bytes_per_token();
-        let mut runs: [Vec<f64>; 3] = Default::default();
+        let mut runs: [Vec<f64>; 4] = Default::default();
         let mut ceilings = Vec::new();
-        let mut tokens: [Vec<u32>; 3] = Default::default();
+        let mut tokens: [Vec<u32>; 4] = Default::default();
         let mut dispatches = 0;
         for _ in 0..rounds {
             // The ceiling too, once a round: drift hits it and the
             // executors alike.
             ceilings.push(weights_ceiling_gbs(&model, Some(pool), 1));
-            for (i, exec) in [&Serial as &dyn RowParallel, &rayon, pool]
-                .into_iter()
-                .enumerate()
-            {
+            let runners: [(&Llama2, &dyn RowParallel); 4] = [
+                (&model, &Serial),
+                (&model, &rayon),
+                (&model, pool),
+                (&copied, pool),
+            ];
+            for (i, (model, exec)) in runners.into_iter().enumerate() {
                 let before = pool_core::dispatch_count();
-                let (rate, t) = timed_generate(&model, exec, steps);
+                let (rate, t) = timed_generate(model, exec, steps);
                 if i == 2 {
                     dispatches += pool_core::dispatch_count() - before;
                 }
@@ -365,7 +389,7 @@ pub(crate) fn measure_checkpoints(
                 tokens[i] = t;
             }
         }
-        let [serial, rayon_rate, pool_rate] = runs.map(|r| Summary::from(Stats::of(r)));
+        let [serial, rayon_rate, pool_rate, huge_rate] = runs.map(|r| Summary::from(Stats::of(r)));
         let read_ceiling_gbs = Stats::of(ceilings).median;
         let bound = read_ceiling_gbs * 1e9 / bytes_per_token as f64;
         out.push(CheckpointBench {
@@ -379,11 +403,12 @@ pub(crate) fn measure_checkpoints(
             serial_tokens_per_s: serial,
             rayon_tokens_per_s: rayon_rate,
             pool_tokens_per_s: pool_rate,
+            pool_huge_pages_tokens_per_s: huge_rate,
             pool_share_of_bound: pool_rate.median / bound,
             pool_vs_rayon: pool_rate.median / rayon_rate.median,
             pool_vs_serial: pool_rate.median / serial.median,
             dispatches_per_token: dispatches as f64 / (rounds * steps) as f64,
-            same_tokens: tokens[0] == tokens[1] && tokens[1] == tokens[2],
+            same_tokens: tokens.iter().all(|t| *t == tokens[0]),
         });
     }
     Ok(out)
@@ -396,7 +421,7 @@ fn temp_checkpoint(name: &str) -> PathBuf {
 pub(crate) fn print_checkpoints(benches: &[CheckpointBench]) {
     for b in benches {
         println!(
-            "llama2 decode, random {} checkpoint ({:.0} MB, mapped), {} tokens after the first",
+            "llama2 decode, random {} checkpoint ({:.0} MB, mapped unless noted), {} tokens after the first",
             b.name,
             b.file_mb,
             b.steps - 1
@@ -404,6 +429,11 @@ pub(crate) fn print_checkpoints(benches: &[CheckpointBench]) {
         crate::bench::line("serial", &b.serial_tokens_per_s, "tokens/s");
         crate::bench::line("rayon", &b.rayon_tokens_per_s, "tokens/s");
         crate::bench::line("pool", &b.pool_tokens_per_s, "tokens/s");
+        crate::bench::line(
+            "pool, weights in a huge-page copy",
+            &b.pool_huge_pages_tokens_per_s,
+            "tokens/s",
+        );
         println!(
             "  bound {:.1} tokens/s ({:.1} GB/s over the weights / {:.1} MB per token): pool reaches {:.0} %; pool/rayon {:.2}x, pool/serial {:.2}x, {:.0} dispatches per token{}",
             b.bound_tokens_per_s,

