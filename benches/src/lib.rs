@@ -8,11 +8,14 @@
 //! - [`read_ceiling`]: a plain parallel read of the same bytes a matvec
 //!   streams: the bandwidth ceiling;
 //! - [`RayonExecutor`]: the decode workload on rayon `par_chunks_mut`;
+//! - [`openmp`]: llama2.c's forward pass in C with OpenMP, the peer that
+//!   C engines are (built when a C compiler with OpenMP is found);
 //! - [`Stats`]: medians and spread of repeated runs;
 //! - [`scenarios`]: the deployment settings (pinned threads, several pools,
 //!   a quota, busy neighbours, ...) built for real, for side-by-side runs.
 
 mod baselines;
+pub mod openmp;
 pub mod scenarios;
 mod stats;
 

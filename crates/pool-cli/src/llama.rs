@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use pool_benches::openmp::OpenMpLlama2;
 use pool_benches::{read_ceiling, RayonExecutor, Stats};
 use pool_core::Pool;
 use pool_matvec::decode::Serial;
@@ -24,6 +25,11 @@ pub(crate) enum Executor {
     Rayon,
     /// The calling thread only.
     Serial,
+    /// llama2.c's forward pass in C with OpenMP (`-Ofast -march=native
+    /// -fopenmp`), on the same weights: the peer C engines are.
+    #[value(name = "openmp")]
+    #[serde(rename = "openmp")]
+    OpenMp,
 }
 
 /// The model shapes `pool random-checkpoint` writes.
@@ -126,7 +132,7 @@ impl Built {
                     .map_err(|e| format!("cannot start the pool's workers: {e}"))?,
             ),
             Executor::Rayon => Built::Rayon(RayonExecutor::new(threads)),
-            Executor::Serial => Built::Serial,
+            Executor::Serial | Executor::OpenMp => Built::Serial,
         })
     }
 
@@ -236,7 +242,13 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         println!("{:?} executor, {threads} threads", o.executor);
     }
     let dispatches_before = pool_core::dispatch_count();
-    let (rate, tokens) = timed_generate(&model, exec, steps);
+    let (rate, tokens) = if o.executor == Executor::OpenMp {
+        OpenMpLlama2::new(&model)
+            .map_err(|reason| format!("the C + OpenMP peer is not available: {reason}"))?
+            .generate(steps, threads)
+    } else {
+        timed_generate(&model, exec, steps)
+    };
     let dispatches = pool_core::dispatch_count() - dispatches_before;
     let text = tokenizer.as_ref().map(|t| {
         let mut bytes = Vec::new();
@@ -329,6 +341,13 @@ pub(crate) struct CheckpointBench {
     rayon_tokens_per_s: Summary,
     pool_tokens_per_s: Summary,
     pool_huge_pages_tokens_per_s: Summary,
+    /// llama2.c's forward pass in C with OpenMP on the same mapped weights
+    /// and thread count (null when the peer was not built: see
+    /// `openmp_status`).
+    openmp_tokens_per_s: Option<Summary>,
+    openmp_status: String,
+    pool_vs_openmp: Option<f64>,
+    openmp_same_tokens: Option<bool>,
     pool_share_of_bound: f64,
     pool_vs_rayon: f64,
     pool_vs_serial: f64,
@@ -365,6 +384,9 @@ pub(crate) fn measure_checkpoints(
         let _ = std::fs::remove_file(&path);
         let (model, copied) = (model?, copied?);
         let bytes_per_token = config.bytes_per_token();
+        let threads = pool.n_workers() + 1;
+        let mut openmp = OpenMpLlama2::new(&model);
+        let (mut openmp_runs, mut openmp_tokens) = (Vec::new(), Vec::new());
         let mut runs: [Vec<f64>; 4] = Default::default();
         let mut ceilings = Vec::new();
         let mut tokens: [Vec<u32>; 4] = Default::default();
@@ -388,9 +410,19 @@ pub(crate) fn measure_checkpoints(
                 runs[i].push(rate);
                 tokens[i] = t;
             }
+            if let Ok(peer) = &mut openmp {
+                let (rate, t) = peer.generate(steps, threads);
+                openmp_runs.push(rate);
+                openmp_tokens = t;
+            }
         }
         let [serial, rayon_rate, pool_rate, huge_rate] = runs.map(|r| Summary::from(Stats::of(r)));
         let read_ceiling_gbs = Stats::of(ceilings).median;
+        let openmp_rate = (!openmp_runs.is_empty()).then(|| Summary::from(Stats::of(openmp_runs)));
+        let openmp_status = match &openmp {
+            Ok(_) => "built".to_string(),
+            Err(reason) => reason.clone(),
+        };
         let bound = read_ceiling_gbs * 1e9 / bytes_per_token as f64;
         out.push(CheckpointBench {
             name,
@@ -404,6 +436,10 @@ pub(crate) fn measure_checkpoints(
             rayon_tokens_per_s: rayon_rate,
             pool_tokens_per_s: pool_rate,
             pool_huge_pages_tokens_per_s: huge_rate,
+            openmp_tokens_per_s: openmp_rate,
+            openmp_status,
+            pool_vs_openmp: openmp_rate.map(|o| pool_rate.median / o.median),
+            openmp_same_tokens: openmp.is_ok().then(|| openmp_tokens == tokens[0]),
             pool_share_of_bound: pool_rate.median / bound,
             pool_vs_rayon: pool_rate.median / rayon_rate.median,
             pool_vs_serial: pool_rate.median / serial.median,
@@ -434,6 +470,20 @@ pub(crate) fn print_checkpoints(benches: &[CheckpointBench]) {
             &b.pool_huge_pages_tokens_per_s,
             "tokens/s",
         );
+        match (&b.openmp_tokens_per_s, b.pool_vs_openmp) {
+            (Some(rate), Some(ratio)) => {
+                crate::bench::line("llama2.c, C + OpenMP (-Ofast)", rate, "tokens/s");
+                println!(
+                    "  pool/OpenMP {ratio:.2}x{}",
+                    if b.openmp_same_tokens == Some(true) {
+                        ", same tokens"
+                    } else {
+                        " (tokens differ: -Ofast reorders the C sums)"
+                    }
+                );
+            }
+            _ => println!("  C + OpenMP peer skipped: {}", b.openmp_status),
+        }
         println!(
             "  bound {:.1} tokens/s ({:.1} GB/s over the weights / {:.1} MB per token): pool reaches {:.0} %; pool/rayon {:.2}x, pool/serial {:.2}x, {:.0} dispatches per token{}",
             b.bound_tokens_per_s,

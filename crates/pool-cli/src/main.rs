@@ -86,7 +86,8 @@ enum Command {
         /// else the topology's width).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
         threads: Option<u32>,
-        /// Which executor runs the row jobs, to compare on the same model.
+        /// Which executor runs the row jobs, to compare on the same model
+        /// (`openmp`: llama2.c's C forward pass with OpenMP instead).
         #[arg(long, value_enum, default_value_t = llama::Executor::Pool)]
         executor: llama::Executor,
         /// Copy the weights into transparent huge pages instead of reading
