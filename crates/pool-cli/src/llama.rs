@@ -153,6 +153,15 @@ impl Built {
     }
 }
 
+/// Lets the previous executor's idle threads stop spinning before the
+/// next measurement: libgomp's spin for up to ~300,000 iterations (a few
+/// ms) after a parallel region, rayon's for a while too, and a
+/// measurement that shares the CPUs with them reads low (seen: a read
+/// ceiling at half its value right after the OpenMP peer).
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(30));
+}
+
 /// How the weights are held, for reports.
 fn residence_name(model: &Llama2) -> &'static str {
     match model.residence() {
@@ -268,6 +277,7 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         }
         None => None,
     };
+    settle();
     let ceiling = weights_ceiling_gbs(&model, ceiling_on, 5);
     let bytes_per_token = config.bytes_per_token();
     let bound = ceiling * 1e9 / bytes_per_token as f64;
@@ -394,7 +404,8 @@ pub(crate) fn measure_checkpoints(
         for _ in 0..rounds {
             // The ceiling too, once a round: drift hits it and the
             // executors alike.
-            ceilings.push(weights_ceiling_gbs(&model, Some(pool), 1));
+            settle();
+            ceilings.push(weights_ceiling_gbs(&model, Some(pool), 5));
             let runners: [(&Llama2, &dyn RowParallel); 4] = [
                 (&model, &Serial),
                 (&model, &rayon),
@@ -403,6 +414,7 @@ pub(crate) fn measure_checkpoints(
             ];
             for (i, (model, exec)) in runners.into_iter().enumerate() {
                 let before = pool_core::dispatch_count();
+                settle();
                 let (rate, t) = timed_generate(model, exec, steps);
                 if i == 2 {
                     dispatches += pool_core::dispatch_count() - before;
@@ -411,6 +423,7 @@ pub(crate) fn measure_checkpoints(
                 tokens[i] = t;
             }
             if let Ok(peer) = &mut openmp {
+                settle();
                 let (rate, t) = peer.generate(steps, threads);
                 openmp_runs.push(rate);
                 openmp_tokens = t;
