@@ -1,5 +1,5 @@
 //! Tokens per second of the synthetic decode step (dim 768, hidden 2048,
-//! 12 layers, vocab 32000): serial vs rayon vs the pool, f32 and Q8_0.
+//! 12 layers, vocab 32000): serial vs rayon vs the pool, f32, Q8_0 and Q4_0.
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
@@ -15,7 +15,7 @@ fn decode(c: &mut Criterion) {
     let cpus = pool_topo::usable_cpus();
     let pool = Pool::with_spin(cpus.saturating_sub(1).max(1), 20_000);
     let rayon = RayonExecutor::new(cpus);
-    for format in [WeightFormat::F32, WeightFormat::Q8_0] {
+    for format in WeightFormat::ALL {
         let model = DecodeModel::random(DecodeConfig::default(), format, 42);
         let mut group = c.benchmark_group(format!("decode_token_{format:?}"));
         group

@@ -12,7 +12,8 @@ use pool_benches::{rayon_matvec_f32, read_ceiling};
 use pool_core::Pool;
 use pool_matvec::decode::XorShift;
 use pool_matvec::{
-    matvec_f32_fast, matvec_q8_0, matvec_rows, quantize_q8_0, BlockQ8_0, RowParallel,
+    matvec_f32_fast, matvec_q4_0, matvec_q8_0, matvec_rows, quantize_q4_0, quantize_q8_0,
+    BlockQ4_0, BlockQ8_0, RowParallel,
 };
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
@@ -67,6 +68,17 @@ fn matvec(c: &mut Criterion) {
         });
         group.bench_function("q8_0_pool", |b| {
             b.iter(|| matvec_q8_0(Some(&pool), &q, &x, &mut out))
+        });
+        drop(q);
+        let q4: Vec<BlockQ4_0> = quantize_q4_0(&w);
+        group.throughput(Throughput::Bytes(
+            (q4.len() * std::mem::size_of::<BlockQ4_0>()) as u64,
+        ));
+        group.bench_function("q4_0_serial", |b| {
+            b.iter(|| matvec_q4_0(None, &q4, &x, &mut out))
+        });
+        group.bench_function("q4_0_pool", |b| {
+            b.iter(|| matvec_q4_0(Some(&pool), &q4, &x, &mut out))
         });
         group.finish();
     }

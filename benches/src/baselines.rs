@@ -7,7 +7,10 @@ use std::thread::JoinHandle;
 use crossbeam_utils::CachePadded;
 use pool_core::Pool;
 use pool_matvec::decode::{DecodeExecutor, Input, Matrix};
-use pool_matvec::{grain_for, matvec_f32_fast, RowParallel};
+use pool_matvec::{
+    grain_for, matvec_f32_fast, matvec_q4_0_prepared, matvec_q8_0_prepared, BlockQ4_0, BlockQ8_0,
+    RowParallel,
+};
 use rayon::prelude::*;
 
 /// Two threads bouncing one cache line: the caller writes an odd value, the
@@ -268,6 +271,47 @@ pub fn rayon_matvec_f32(pool: &rayon::ThreadPool, w: &[f32], x: &[f32], out: &mu
             .for_each(|(chunk, o)| {
                 let start = chunk * grain;
                 matvec_f32_fast(None, &w[start * cols..(start + o.len()) * cols], x, o);
+            });
+    });
+}
+
+/// `out = W xq` for Q8_0 weights on rayon `par_chunks_mut`, the pool's
+/// grain, each chunk running the very prepared kernel the pool runs.
+pub fn rayon_matvec_q8_0(
+    pool: &rayon::ThreadPool,
+    w: &[BlockQ8_0],
+    xq: &[BlockQ8_0],
+    out: &mut [f32],
+) {
+    let per_row = xq.len();
+    let grain = grain_for(out.len(), pool.current_num_threads());
+    pool.install(|| {
+        out.par_chunks_mut(grain)
+            .enumerate()
+            .for_each(|(chunk, o)| {
+                let start = chunk * grain;
+                let rows = &w[start * per_row..(start + o.len()) * per_row];
+                matvec_q8_0_prepared(None, rows, xq, o);
+            });
+    });
+}
+
+/// The same for Q4_0 weights.
+pub fn rayon_matvec_q4_0(
+    pool: &rayon::ThreadPool,
+    w: &[BlockQ4_0],
+    xq: &[BlockQ8_0],
+    out: &mut [f32],
+) {
+    let per_row = xq.len();
+    let grain = grain_for(out.len(), pool.current_num_threads());
+    pool.install(|| {
+        out.par_chunks_mut(grain)
+            .enumerate()
+            .for_each(|(chunk, o)| {
+                let start = chunk * grain;
+                let rows = &w[start * per_row..(start + o.len()) * per_row];
+                matvec_q4_0_prepared(None, rows, xq, o);
             });
     });
 }

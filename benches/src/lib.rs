@@ -19,5 +19,8 @@ pub mod openmp;
 pub mod scenarios;
 mod stats;
 
-pub use baselines::{rayon_matvec_f32, read_ceiling, PingPong, RayonExecutor, SpinPool};
+pub use baselines::{
+    rayon_matvec_f32, rayon_matvec_q4_0, rayon_matvec_q8_0, read_ceiling, PingPong, RayonExecutor,
+    SpinPool,
+};
 pub use stats::{time_per_iter, Stats};

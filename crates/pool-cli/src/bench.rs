@@ -2,12 +2,18 @@
 
 use std::time::{Duration, Instant};
 
-use pool_benches::{rayon_matvec_f32, read_ceiling, PingPong, RayonExecutor, SpinPool, Stats};
+use pool_benches::{
+    rayon_matvec_f32, rayon_matvec_q4_0, rayon_matvec_q8_0, read_ceiling, PingPong, RayonExecutor,
+    SpinPool, Stats,
+};
 use pool_core::Pool;
 use pool_matvec::decode::{
     DecodeConfig, DecodeExecutor, DecodeModel, Serial, WeightFormat, XorShift,
 };
-use pool_matvec::{matvec_f32_fast, matvec_q8_0, quantize_q8_0, BlockQ8_0};
+use pool_matvec::{
+    matvec_f32_fast, matvec_q4_0_prepared, matvec_q8_0_prepared, quantize_q8_0, BlockQ4_0,
+    BlockQ8_0, QK4_0, QK8_0,
+};
 use serde::Serialize;
 
 /// Median, extremes and count of repeated samples.
@@ -43,6 +49,7 @@ pub(crate) struct BenchReport {
     bandwidth: Bandwidth,
     kernel_shapes: Vec<KernelShape>,
     decode: Decode,
+    decode_formats: Vec<DecodeFormat>,
     llama2: Vec<crate::llama::CheckpointBench>,
     waiting: crate::waiting::Waiting,
 }
@@ -80,6 +87,105 @@ struct Bandwidth {
     q8_0_pool_gbs: Summary,
     f32_pool_pct_of_ceiling: f64,
     q8_0_pool_pct_of_ceiling: f64,
+    /// The quantized matrices: [rows, cols] and MB, random blocks.
+    q8_0_matrix: [usize; 2],
+    q8_0_mb: f64,
+    q8_0_rayon_gbs: Summary,
+    q8_0_serial_gbs: Summary,
+    q4_0_matrix: [usize; 2],
+    q4_0_mb: f64,
+    q4_0_pool_gbs: Summary,
+    q4_0_rayon_gbs: Summary,
+    q4_0_serial_gbs: Summary,
+    q4_0_pool_pct_of_ceiling: f64,
+}
+
+/// Random Q8_0 blocks: any byte, scales in +-1/64 (no float work to make).
+fn random_q8_0(blocks: usize, rng: &mut XorShift) -> Vec<BlockQ8_0> {
+    (0..blocks)
+        .map(|_| {
+            let bytes: [u64; 4] = std::array::from_fn(|_| rng.next_u64());
+            BlockQ8_0 {
+                d: half::f16::from_f32(rng.uniform() / 64.0),
+                qs: std::array::from_fn(|j| (bytes[j / 8] >> (8 * (j % 8))) as i8),
+            }
+        })
+        .collect()
+}
+
+/// Random Q4_0 blocks.
+fn random_q4_0(blocks: usize, rng: &mut XorShift) -> Vec<BlockQ4_0> {
+    (0..blocks)
+        .map(|_| {
+            let bytes: [u64; 2] = std::array::from_fn(|_| rng.next_u64());
+            BlockQ4_0 {
+                d: half::f16::from_f32(rng.uniform() / 64.0),
+                qs: std::array::from_fn(|j| (bytes[j / 8] >> (8 * (j % 8))) as u8),
+            }
+        })
+        .collect()
+}
+
+/// One format's decode workload: serial, rayon and the pool, a token of
+/// each in turn.
+#[derive(Serialize)]
+struct DecodeFormat {
+    format: &'static str,
+    bytes_per_token: usize,
+    serial_tokens_per_s: Summary,
+    rayon_tokens_per_s: Summary,
+    pool_tokens_per_s: Summary,
+    pool_vs_rayon: f64,
+    pool_vs_serial: f64,
+    dispatches_per_token: f64,
+    caller_wait_share: f64,
+}
+
+fn decode_formats(
+    config: DecodeConfig,
+    pool: &Pool,
+    rayon: &RayonExecutor,
+    tokens: usize,
+) -> Vec<DecodeFormat> {
+    WeightFormat::ALL
+        .into_iter()
+        .map(|format| {
+            let model = DecodeModel::random(config, format, 42);
+            let execs: [&dyn DecodeExecutor; 3] = [&Serial, rayon, pool];
+            for exec in execs {
+                model.decode(exec, 1); // warm-up
+            }
+            let mut runs: [Vec<f64>; 3] = Default::default();
+            let (mut pool_ns, mut dispatches) = (0.0, 0);
+            let stats_before = pool.stats();
+            for _ in 0..tokens {
+                for (i, exec) in execs.into_iter().enumerate() {
+                    let before = pool_core::dispatch_count();
+                    let start = Instant::now();
+                    std::hint::black_box(model.decode(exec, 1));
+                    let elapsed = start.elapsed();
+                    runs[i].push(1.0 / elapsed.as_secs_f64());
+                    if i == 2 {
+                        pool_ns += elapsed.as_nanos() as f64;
+                        dispatches += pool_core::dispatch_count() - before;
+                    }
+                }
+            }
+            let stats = pool.stats().since(&stats_before);
+            let [serial, rayon_rate, pool_rate] = runs.map(|r| Summary::from(Stats::of(r)));
+            DecodeFormat {
+                format: format.name(),
+                bytes_per_token: config.weight_bytes(format),
+                serial_tokens_per_s: serial,
+                rayon_tokens_per_s: rayon_rate,
+                pool_tokens_per_s: pool_rate,
+                pool_vs_rayon: pool_rate.median / rayon_rate.median,
+                pool_vs_serial: pool_rate.median / serial.median,
+                dispatches_per_token: dispatches as f64 / tokens as f64,
+                caller_wait_share: stats.caller_wait_ns as f64 / pool_ns,
+            }
+        })
+        .collect()
 }
 
 /// The serial f32 kernel on a decode shape, cycling over distinct matrices
@@ -178,11 +284,6 @@ fn gbs_once(bytes: usize, f: impl FnOnce()) -> f64 {
     let start = Instant::now();
     f();
     bytes as f64 / start.elapsed().as_nanos() as f64
-}
-
-/// GB/s of `bytes` per call of `f`, `samples` times.
-fn gbs(samples: usize, bytes: usize, mut f: impl FnMut()) -> Summary {
-    Stats::of((0..samples).map(|_| gbs_once(bytes, &mut f)).collect()).into()
 }
 
 pub(crate) fn tokens_per_s(
@@ -293,13 +394,44 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
     }
     let [read_ceiling_gbs, f32_pool_gbs, f32_rayon_gbs, f32_serial_gbs] =
         runs.map(|r| Summary::from(Stats::of(r)));
-    let q: Vec<BlockQ8_0> = quantize_q8_0(&w);
-    drop(w);
-    let q_bytes = q.len() * std::mem::size_of::<BlockQ8_0>();
-    let q8_0_pool_gbs = gbs(bw_samples, q_bytes, || {
-        matvec_q8_0(Some(&pool), &q, &x, &mut out)
-    });
-    drop(q);
+    // Quantized matrices past the last-level cache too (random blocks; a
+    // quarter and an eighth of the f32 bytes per weight, so more columns).
+    let (q8_rows, q8_cols) = if quick { (2048, 4096) } else { (16384, 32768) };
+    let (q4_rows, q4_cols) = if quick { (2048, 8192) } else { (16384, 65536) };
+    let q8 = random_q8_0(q8_rows * q8_cols / QK8_0, &mut rng);
+    let q4 = random_q4_0(q4_rows * q4_cols / QK4_0, &mut rng);
+    let q8_x = quantize_q8_0(&(0..q8_cols).map(|_| rng.uniform()).collect::<Vec<f32>>());
+    let q4_x = quantize_q8_0(&(0..q4_cols).map(|_| rng.uniform()).collect::<Vec<f32>>());
+    let (q8_bytes, q4_bytes) = (
+        q8.len() * std::mem::size_of::<BlockQ8_0>(),
+        q4.len() * std::mem::size_of::<BlockQ4_0>(),
+    );
+    let mut q8_out = vec![0.0f32; q8_rows];
+    let mut q4_out = vec![0.0f32; q4_rows];
+    let mut q_runs: [Vec<f64>; 6] = Default::default();
+    for _ in 0..bw_samples {
+        q_runs[0].push(gbs_once(q8_bytes, || {
+            matvec_q8_0_prepared(Some(&pool), &q8, &q8_x, &mut q8_out)
+        }));
+        q_runs[1].push(gbs_once(q8_bytes, || {
+            rayon_matvec_q8_0(&rayon, &q8, &q8_x, &mut q8_out)
+        }));
+        q_runs[2].push(gbs_once(q8_bytes, || {
+            matvec_q8_0_prepared(None, &q8, &q8_x, &mut q8_out)
+        }));
+        q_runs[3].push(gbs_once(q4_bytes, || {
+            matvec_q4_0_prepared(Some(&pool), &q4, &q4_x, &mut q4_out)
+        }));
+        q_runs[4].push(gbs_once(q4_bytes, || {
+            rayon_matvec_q4_0(&rayon, &q4, &q4_x, &mut q4_out)
+        }));
+        q_runs[5].push(gbs_once(q4_bytes, || {
+            matvec_q4_0_prepared(None, &q4, &q4_x, &mut q4_out)
+        }));
+    }
+    drop((w, q8, q4));
+    let [q8_0_pool_gbs, q8_0_rayon_gbs, q8_0_serial_gbs, q4_0_pool_gbs, q4_0_rayon_gbs, q4_0_serial_gbs] =
+        q_runs.map(|r| Summary::from(Stats::of(r)));
     let bandwidth = Bandwidth {
         matrix: [rows, cols],
         read_ceiling_gbs,
@@ -309,6 +441,16 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         q8_0_pool_gbs,
         f32_pool_pct_of_ceiling: 100.0 * f32_pool_gbs.median / read_ceiling_gbs.median,
         q8_0_pool_pct_of_ceiling: 100.0 * q8_0_pool_gbs.median / read_ceiling_gbs.median,
+        q8_0_matrix: [q8_rows, q8_cols],
+        q8_0_mb: q8_bytes as f64 / 1e6,
+        q8_0_rayon_gbs,
+        q8_0_serial_gbs,
+        q4_0_matrix: [q4_rows, q4_cols],
+        q4_0_mb: q4_bytes as f64 / 1e6,
+        q4_0_pool_gbs,
+        q4_0_rayon_gbs,
+        q4_0_serial_gbs,
+        q4_0_pool_pct_of_ceiling: 100.0 * q4_0_pool_gbs.median / read_ceiling_gbs.median,
     };
 
     let kernel_shapes = kernel_shapes(quick);
@@ -351,6 +493,7 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         pool_vs_rayon: pool_tokens_per_s.median / rayon_tokens_per_s.median,
         pool_vs_serial: pool_tokens_per_s.median / serial_tokens_per_s.median,
     };
+    let decode_formats = decode_formats(config, &pool, &rayon_exec, tokens);
     drop(rayon_exec);
     let llama2 = crate::llama::measure_checkpoints(&pool, quick).unwrap_or_else(|err| {
         eprintln!("pool bench: llama2 checkpoints skipped: {err}");
@@ -369,6 +512,7 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         bandwidth,
         kernel_shapes,
         decode,
+        decode_formats,
         llama2,
         waiting,
     }
@@ -451,11 +595,43 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
     line("f32 matvec, pool", &b.f32_pool_gbs, "GB/s");
     line("f32 matvec, rayon", &b.f32_rayon_gbs, "GB/s");
     line("f32 matvec, serial", &b.f32_serial_gbs, "GB/s");
-    line("Q8_0 matvec, pool", &b.q8_0_pool_gbs, "GB/s");
     println!(
-        "  pool f32 at {:.0} % of the read ceiling, Q8_0 at {:.0} %",
-        b.f32_pool_pct_of_ceiling, b.q8_0_pool_pct_of_ceiling
+        "  pool f32 at {:.0} % of the read ceiling",
+        b.f32_pool_pct_of_ceiling
     );
+    for (name, shape, mb, pool, rayon, serial, pct) in [
+        (
+            "Q8_0",
+            b.q8_0_matrix,
+            b.q8_0_mb,
+            &b.q8_0_pool_gbs,
+            &b.q8_0_rayon_gbs,
+            &b.q8_0_serial_gbs,
+            b.q8_0_pool_pct_of_ceiling,
+        ),
+        (
+            "Q4_0",
+            b.q4_0_matrix,
+            b.q4_0_mb,
+            &b.q4_0_pool_gbs,
+            &b.q4_0_rayon_gbs,
+            &b.q4_0_serial_gbs,
+            b.q4_0_pool_pct_of_ceiling,
+        ),
+    ] {
+        println!(
+            "  {name} {}x{} ({mb:.0} MB of blocks), weight bytes read per second:",
+            shape[0], shape[1]
+        );
+        line(&format!("{name} matvec, pool"), pool, "GB/s");
+        line(&format!("{name} matvec, rayon"), rayon, "GB/s");
+        line(&format!("{name} matvec, serial"), serial, "GB/s");
+        println!(
+            "  pool {name} at {pct:.0} % of the read ceiling; pool/rayon {:.2}x, pool/serial {:.2}x",
+            pool.median / rayon.median,
+            pool.median / serial.median
+        );
+    }
     for k in &r.kernel_shapes {
         println!(
             "serial f32 kernel ({} tier), {}x{} decode shape, {} matrices ({:.0} MB)",
@@ -488,6 +664,24 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
         d.unparks_per_dispatch,
         100.0 * d.caller_wait_share
     );
+    println!("decode workload per format, a token of each executor in turn (medians)");
+    println!(
+        "  {:<6} {:>10} {:>10} {:>10} {:>10} {:>11} {:>12} {:>12}",
+        "format", "MB/token", "serial", "rayon", "pool", "pool/rayon", "dispatches", "caller wait"
+    );
+    for f in &r.decode_formats {
+        println!(
+            "  {:<6} {:>10.0} {:>10.1} {:>10.1} {:>10.1} {:>10.2}x {:>12.0} {:>11.1}%",
+            f.format,
+            f.bytes_per_token as f64 / 1e6,
+            f.serial_tokens_per_s.median,
+            f.rayon_tokens_per_s.median,
+            f.pool_tokens_per_s.median,
+            f.pool_vs_rayon,
+            f.dispatches_per_token,
+            100.0 * f.caller_wait_share
+        );
+    }
     crate::llama::print_checkpoints(&r.llama2);
     crate::waiting::print(&r.waiting);
     Ok(())

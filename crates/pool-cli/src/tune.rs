@@ -28,6 +28,8 @@ struct Point {
 #[derive(Serialize)]
 struct TuneReport {
     model: [usize; 4],
+    /// The kernels' SIMD tier in this run.
+    simd_tier: &'static str,
     tokens_per_point: usize,
     points: Vec<Point>,
     best: Point,
@@ -95,6 +97,7 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
     }
     let report = TuneReport {
         model: [config.dim, config.hidden, config.layers, config.vocab],
+        simd_tier: pool_matvec::simd_tier().name(),
         tokens_per_point: o.tokens,
         points,
         best,
@@ -111,7 +114,10 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
     for spin in &o.spins {
         print!("{:>12}", format!("spin {spin}"));
     }
-    println!("   (tokens/s, median of {})", o.tokens);
+    println!(
+        "   (tokens/s, median of {}; {} kernels)",
+        o.tokens, report.simd_tier
+    );
     for participants in 1..=max {
         print!("{participants:>12}");
         for p in report

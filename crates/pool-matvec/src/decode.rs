@@ -12,7 +12,8 @@ use pool_core::Pool;
 
 use crate::disjoint::DisjointRows;
 use crate::fast::matvec_f32_fast;
-use crate::q8_0::{dot_q8_0, quantize_q8_0, BlockQ8_0, QK8_0};
+use crate::q4_0::{dot_q4_0_quantized, quantize_q4_0, BlockQ4_0};
+use crate::q8_0::{dot_q8_0_quantized, quantize_q8_0, BlockQ8_0, QK8_0};
 use crate::rows::{RowFn, RowParallel};
 
 /// The model shape.
@@ -54,6 +55,7 @@ impl DecodeConfig {
         match format {
             WeightFormat::F32 => values * 4,
             WeightFormat::Q8_0 => values / QK8_0 * std::mem::size_of::<BlockQ8_0>(),
+            WeightFormat::Q4_0 => values / QK8_0 * std::mem::size_of::<BlockQ4_0>(),
         }
     }
 }
@@ -65,6 +67,22 @@ pub enum WeightFormat {
     F32,
     /// GGUF Q8_0 blocks.
     Q8_0,
+    /// GGUF Q4_0 blocks (a Q8_0 activation).
+    Q4_0,
+}
+
+impl WeightFormat {
+    /// Every format, f32 first.
+    pub const ALL: [WeightFormat; 3] = [WeightFormat::F32, WeightFormat::Q8_0, WeightFormat::Q4_0];
+
+    /// The format's name in reports (`f32`, `q8_0`, `q4_0`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightFormat::F32 => "f32",
+            WeightFormat::Q8_0 => "q8_0",
+            WeightFormat::Q4_0 => "q4_0",
+        }
+    }
 }
 
 /// A row-major weight matrix.
@@ -79,6 +97,7 @@ pub struct Matrix {
 enum MatrixData {
     F32(Vec<f32>),
     Q8_0(Vec<BlockQ8_0>),
+    Q4_0(Vec<BlockQ4_0>),
 }
 
 /// An input vector, quantized once when the weights need it.
@@ -90,7 +109,8 @@ pub struct Input<'a> {
 impl<'a> Input<'a> {
     /// Prepares `x` for matrices of `format`.
     pub fn new(x: &'a [f32], format: WeightFormat) -> Self {
-        let q8_0 = (format == WeightFormat::Q8_0).then(|| quantize_q8_0(x));
+        // One Q8_0 activation for every matrix that reads this input.
+        let q8_0 = (format != WeightFormat::F32).then(|| quantize_q8_0(x));
         Input { f32: x, q8_0 }
     }
 }
@@ -103,6 +123,7 @@ impl Matrix {
         let data = match format {
             WeightFormat::F32 => MatrixData::F32(values),
             WeightFormat::Q8_0 => MatrixData::Q8_0(quantize_q8_0(&values)),
+            WeightFormat::Q4_0 => MatrixData::Q4_0(quantize_q4_0(&values)),
         };
         Matrix { rows, cols, data }
     }
@@ -126,7 +147,15 @@ impl Matrix {
                 let per_row = cols / QK8_0;
                 for (o, value) in out.iter_mut().enumerate() {
                     let row = start + o;
-                    *value = dot_q8_0(&w[row * per_row..(row + 1) * per_row], xq);
+                    *value = dot_q8_0_quantized(&w[row * per_row..(row + 1) * per_row], xq);
+                }
+            }
+            MatrixData::Q4_0(w) => {
+                let xq = x.q8_0.as_deref().expect("Input prepared for Q4_0");
+                let per_row = cols / QK8_0;
+                for (o, value) in out.iter_mut().enumerate() {
+                    let row = start + o;
+                    *value = dot_q4_0_quantized(&w[row * per_row..(row + 1) * per_row], xq);
                 }
             }
         }

@@ -8,7 +8,9 @@
 //! - [`matvec_f32_fast`]: SIMD f32 with a fixed reduction order, the same
 //!   bits on every [`SimdTier`] (portable, NEON, AVX2, AVX-512; chosen once
 //!   by [`simd_tier`], lowered with `POOL_SIMD_TIER`);
-//! - [`matvec_q8_0`]: GGUF Q8_0 weights, AVX2 and scalar bit-identical;
+//! - [`matvec_q8_0`], [`matvec_q4_0`]: GGUF Q8_0 and Q4_0 weights with a
+//!   Q8_0 activation, exact integer block dots and one fixed float order
+//!   (every tier bit-identical to the scalar reference);
 //! - [`decode`]: a synthetic decode step to measure all of it;
 //! - [`llama2`]: a real llama2 decoder on llama2.c checkpoints.
 //!
@@ -22,12 +24,14 @@
 //! assert_eq!(rows.into_inner(), 1000);
 //! ```
 
+mod blocks;
 pub mod decode;
 mod disjoint;
 mod each;
 mod exact;
 mod fast;
 pub mod llama2;
+mod q4_0;
 mod q8_0;
 mod rows;
 mod shape;
@@ -36,8 +40,13 @@ mod tier;
 pub use each::{for_each_chunk_init, for_each_row};
 pub use exact::{matvec_naive, matvec_rows, matvec_rows2};
 pub use fast::{dot_fast, dot_fast_on, dot_fast_portable, matvec_f32_fast};
+pub use q4_0::{
+    dequantize_q4_0, dot_q4_0, dot_q4_0_scalar, matvec_q4_0, matvec_q4_0_prepared, quantize_q4_0,
+    BlockQ4_0, QK4_0,
+};
 pub use q8_0::{
-    dequantize_q8_0, dot_q8_0, dot_q8_0_scalar, matvec_q8_0, quantize_q8_0, BlockQ8_0, QK8_0,
+    dequantize_q8_0, dot_q8_0, dot_q8_0_scalar, matvec_q8_0, matvec_q8_0_prepared, quantize_q8_0,
+    BlockQ8_0, QK8_0,
 };
 pub use rows::{grain_for, RowFn, RowParallel, GRAINS_PER_PARTICIPANT, MIN_GRAIN};
 pub use shape::{should_parallelize, PARALLEL_THRESHOLD};

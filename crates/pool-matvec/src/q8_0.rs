@@ -2,12 +2,14 @@
 //!
 //! A block is 32 `i8` weights and one `f16` scale `d` (34 bytes, the layout
 //! GGUF and llama.cpp use): value `j` is `d * qs[j]`. As in llama.cpp, the
-//! activation is quantized to Q8_0 too, and each row is
-//! `sum_b (d_w[b] * d_x[b]) * sumi[b]` with `sumi[b]` the exact integer dot
-//! of block `b`. The integer part is exact on every path (AVX2 widens to
-//! i16 and uses `madd`, so even -128 never saturates); the float part is
-//! accumulated in plain block order on every path. AVX2 and scalar therefore
-//! agree bit for bit, for any thread count.
+//! activation is quantized to Q8_0 too (values in -127..=127), and each
+//! row is `sum_b sumi[b] * (d_w[b] * d_x[b])` with `sumi[b]` the exact
+//! integer dot of block `b`, the terms added in the fixed eight-lane order
+//! of `blocks.rs`. The integer part is exact on every path: the AVX2 path
+//! multiplies `|w|` (as unsigned, so even -128 is 128) by `x * sign(w)`
+//! with `maddubs`, whose pair sums stay within i16 because `x` is never
+//! -128 (the quantizer's range; a caller's `x` holding -128 takes the
+//! scalar path). So every path agrees bit for bit, for any thread count.
 
 use half::f16;
 use pool_core::Pool;
@@ -82,53 +84,76 @@ pub fn dequantize_q8_0(blocks: &[BlockQ8_0]) -> Vec<f32> {
 /// If `x.len()` is not a multiple of 32, or `w` holds fewer than
 /// `out.len() * x.len() / 32` blocks (message names the shapes).
 pub fn matvec_q8_0(pool: Option<&Pool>, w: &[BlockQ8_0], x: &[f32], out: &mut [f32]) {
-    let (rows, cols) = (out.len(), x.len());
     assert!(
-        cols.is_multiple_of(QK8_0),
-        "matvec_q8_0: row length {cols} is not a multiple of the block size {QK8_0}"
+        x.len().is_multiple_of(QK8_0),
+        "matvec_q8_0: row length {} is not a multiple of the block size {QK8_0}",
+        x.len()
     );
-    let blocks_per_row = cols / QK8_0;
+    matvec_q8_0_prepared(pool, w, &quantize_q8_0(x), out);
+}
+
+/// [`matvec_q8_0`] with the activation already quantized (one
+/// [`quantize_q8_0`] shared by every matrix that reads the same input, as
+/// Q, K and V do). An `xq` holding -128 (which `quantize_q8_0` never
+/// makes) runs the scalar path, still exact.
+///
+/// # Panics
+///
+/// If `w` holds fewer than `out.len() * xq.len()` blocks.
+pub fn matvec_q8_0_prepared(
+    pool: Option<&Pool>,
+    w: &[BlockQ8_0],
+    xq: &[BlockQ8_0],
+    out: &mut [f32],
+) {
+    let (rows, blocks_per_row) = (out.len(), xq.len());
+    let cols = blocks_per_row * QK8_0;
     assert!(
         w.len() >= rows * blocks_per_row,
         "matvec_q8_0: weights hold {} blocks but out has {rows} rows of {cols} columns \
          (need {rows} x {blocks_per_row} blocks)",
         w.len()
     );
-    let xq = quantize_q8_0(x);
-    let dot = select_dot();
+    let dot: DotFn = if xq.iter().any(|b| b.qs.contains(&i8::MIN)) {
+        dot_q8_0_scalar
+    } else {
+        select_dot()
+    };
     let pool = pool.filter(|_| should_parallelize(rows, cols));
     for_each_row(pool, out, &|row, value| {
-        *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], &xq);
+        *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], xq);
     });
 }
 
-/// One row's dot product, scalar path.
+/// One row's dot product, scalar path: the reference every SIMD path
+/// equals bit for bit.
 pub fn dot_q8_0_scalar(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
-    accumulate(w, x, |a, b| {
-        a.iter()
-            .zip(b)
+    let blocks = w.len().min(x.len());
+    crate::blocks::accumulate(blocks, |b| {
+        let sumi = w[b]
+            .qs
+            .iter()
+            .zip(&x[b].qs)
             .map(|(&p, &q)| i32::from(p) * i32::from(q))
-            .sum()
+            .sum();
+        crate::blocks::term(sumi, w[b].d.to_f32(), x[b].d.to_f32())
     })
 }
 
-/// One row's dot product by the best path this CPU has.
+/// One row's dot product by the tier the kernels use. Any `x` is exact:
+/// one holding -128 (never produced by [`quantize_q8_0`]) takes the scalar
+/// path.
 pub fn dot_q8_0(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
-    select_dot()(w, x)
+    if x.iter().any(|b| b.qs.contains(&i8::MIN)) {
+        return dot_q8_0_scalar(w, x);
+    }
+    dot_q8_0_quantized(w, x)
 }
 
-/// The float part, shared by every path: plain block order.
-#[inline(always)]
-fn accumulate(
-    w: &[BlockQ8_0],
-    x: &[BlockQ8_0],
-    sumi: impl Fn(&[i8; QK8_0], &[i8; QK8_0]) -> i32,
-) -> f32 {
-    let mut acc = 0.0f32;
-    for (bw, bx) in w.iter().zip(x) {
-        acc += sumi(&bw.qs, &bx.qs) as f32 * (bw.d.to_f32() * bx.d.to_f32());
-    }
-    acc
+/// [`dot_q8_0`] for an `x` from [`quantize_q8_0`] (no -128): no check.
+#[inline]
+pub(crate) fn dot_q8_0_quantized(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
+    select_dot()(w, x)
 }
 
 type DotFn = fn(&[BlockQ8_0], &[BlockQ8_0]) -> f32;
@@ -141,13 +166,22 @@ fn select_dot() -> DotFn {
     dot_q8_0_scalar
 }
 
+/// The AVX2 helpers the Q4_0 kernel shares.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod simd {
+    pub(crate) use super::avx2::{reduce1, reduce8, scales_of};
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{BlockQ8_0, QK8_0};
+    use crate::blocks;
 
-    /// Safe entry: only selected after AVX2 and F16C were detected.
+    /// Safe entry: only selected for the AVX2 tier or wider, and only for
+    /// an `x` without -128 (`dot_q8_0` checks; `quantize_q8_0` never makes
+    /// one).
     pub(super) fn dot(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
         // SAFETY: `select_dot` returns this function only for the AVX2
         // tier or wider (`SimdTier::is_available`), which requires AVX2
@@ -155,11 +189,9 @@ mod avx2 {
         unsafe { dot_avx2(w, x) }
     }
 
-    /// Eight blocks at a time: eight exact integer dots reduced together,
-    /// eight scale products in one vector multiply, then the eight terms
-    /// added to `acc` one by one in block order: exactly the scalar path's
-    /// `acc += sumi as f32 * (d_w * d_x)`, since each term is computed
-    /// with the same IEEE operations and the sum keeps its order.
+    /// Eight blocks in flight: eight exact integer dots reduced together,
+    /// eight scale products in one multiply, eight lanes of terms added
+    /// to eight accumulators: `blocks.rs`'s order, lane for lane.
     ///
     /// # Safety
     ///
@@ -167,61 +199,55 @@ mod avx2 {
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn dot_avx2(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
         let blocks = w.len().min(x.len());
-        let mut acc = 0.0f32;
+        let body = blocks / blocks::LANES * blocks::LANES;
+        let mut acc = _mm256_setzero_ps();
         let mut b = 0;
-        while b + 8 <= blocks {
-            let mut partial = [_mm256_setzero_si256(); 8];
-            for (k, p) in partial.iter_mut().enumerate() {
+        while b < body {
+            let sums: [__m256i; 8] =
                 // SAFETY: AVX2, by this function's contract.
-                *p = unsafe { partial_sums(&w[b + k].qs, &x[b + k].qs) };
-            }
-            let sumi = _mm256_cvtepi32_ps(reduce8(partial));
-            let dw = scales(&w[b..b + 8]);
-            let dx = scales(&x[b..b + 8]);
-            let terms = _mm256_mul_ps(sumi, _mm256_mul_ps(dw, dx));
-            let mut lanes = [0.0f32; 8];
-            // SAFETY: `lanes` is 32 writable bytes.
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), terms) };
-            for term in lanes {
-                acc += term;
-            }
-            b += 8;
+                std::array::from_fn(|k| unsafe { block_sums(&w[b + k].qs, &x[b + k].qs) });
+            let sumi = _mm256_cvtepi32_ps(reduce8(sums));
+            let d = _mm256_mul_ps(scales(&w[b..b + 8]), scales(&x[b..b + 8]));
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, d));
+            b += blocks::LANES;
         }
+        let mut lanes = [0.0f32; 8];
+        // SAFETY: `lanes` is 32 writable bytes.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+        let mut result = blocks::reduce(lanes);
         for (bw, bx) in w[b..blocks].iter().zip(&x[b..blocks]) {
             // SAFETY: AVX2, by this function's contract.
-            let sumi = unsafe { reduce1(partial_sums(&bw.qs, &bx.qs)) };
-            acc += sumi as f32 * (bw.d.to_f32() * bx.d.to_f32());
+            let sumi = unsafe { reduce1(block_sums(&bw.qs, &bx.qs)) };
+            result += blocks::term(sumi, bw.d.to_f32(), bx.d.to_f32());
         }
-        acc
+        result
     }
 
-    /// Eight i32 partial sums of one block pair's products (exact: widened
-    /// to i16 first, so even -128 * -128 never saturates).
+    /// Eight i32 partial sums of one block pair's products: `maddubs` of
+    /// `|w|` (unsigned: -128 is 128) and `x * sign(w)`, exact while `x`
+    /// has no -128 (pairs stay within i16: 2 x 128 x 127), then widened.
     ///
     /// # Safety
     ///
     /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
     #[inline]
-    unsafe fn partial_sums(a: &[i8; QK8_0], b: &[i8; QK8_0]) -> __m256i {
+    unsafe fn block_sums(w: &[i8; QK8_0], x: &[i8; QK8_0]) -> __m256i {
         // SAFETY: both arrays are exactly 32 bytes: one unaligned load each.
-        let (va, vb) = unsafe {
+        let (vw, vx) = unsafe {
             (
-                _mm256_loadu_si256(a.as_ptr().cast()),
-                _mm256_loadu_si256(b.as_ptr().cast()),
+                _mm256_loadu_si256(w.as_ptr().cast()),
+                _mm256_loadu_si256(x.as_ptr().cast()),
             )
         };
-        let a_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(va));
-        let a_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(va));
-        let b_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(vb));
-        let b_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(vb));
-        _mm256_add_epi32(_mm256_madd_epi16(a_lo, b_lo), _mm256_madd_epi16(a_hi, b_hi))
+        let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(vw, vw), _mm256_sign_epi8(vx, vw));
+        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
     }
 
     /// The sum of one vector's eight lanes.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn reduce1(v: __m256i) -> i32 {
+    pub(crate) fn reduce1(v: __m256i) -> i32 {
         let s128 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
         let s64 = _mm_add_epi32(s128, _mm_unpackhi_epi64(s128, s128));
         let s32 = _mm_add_epi32(s64, _mm_shuffle_epi32::<0b01>(s64));
@@ -231,7 +257,7 @@ mod avx2 {
     /// Lane `k` of the result is the sum of `v[k]`'s eight lanes.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn reduce8(v: [__m256i; 8]) -> __m256i {
+    pub(crate) fn reduce8(v: [__m256i; 8]) -> __m256i {
         let h01 = _mm256_hadd_epi32(v[0], v[1]);
         let h23 = _mm256_hadd_epi32(v[2], v[3]);
         let h45 = _mm256_hadd_epi32(v[4], v[5]);
@@ -244,13 +270,19 @@ mod avx2 {
         _mm256_add_epi32(low_halves, high_halves)
     }
 
-    /// The eight blocks' f16 scales as f32 (F16C: exact, like `half`).
+    /// Eight f16 scales as f32 (F16C: exact, like `half`).
     #[target_feature(enable = "avx2,f16c")]
     #[inline]
-    fn scales(blocks: &[BlockQ8_0]) -> __m256 {
-        let bits: [u16; 8] = std::array::from_fn(|k| blocks[k].d.to_bits());
+    pub(crate) fn scales_of(bits: [u16; 8]) -> __m256 {
         // SAFETY: `bits` is 16 readable bytes.
         let packed = unsafe { _mm_loadu_si128(bits.as_ptr().cast()) };
         _mm256_cvtph_ps(packed)
+    }
+
+    /// The eight blocks' scales.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    fn scales(blocks: &[BlockQ8_0]) -> __m256 {
+        scales_of(std::array::from_fn(|k| blocks[k].d.to_bits()))
     }
 }

@@ -258,22 +258,181 @@ fn q8_0_quantization_follows_the_llama_cpp_reference() {
     assert!((back[0] - 2.54).abs() < 0.01);
 }
 
-/// The scalar reference written out in full: integer dot per block, then
-/// `acc += sumi * (d_w * d_x)` in block order.
+/// The fixed float order written out independently of the crate: lane
+/// `b % 8` accumulates the whole groups of eight blocks, the lanes are
+/// reduced `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))`, then the
+/// tail blocks are added in order.
+fn eight_lane_order(terms: &[f32]) -> f32 {
+    let body = terms.len() / 8 * 8;
+    let mut a = [0.0f32; 8];
+    for (b, t) in terms[..body].iter().enumerate() {
+        a[b % 8] += t;
+    }
+    let mut r = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+    for t in &terms[body..] {
+        r += t;
+    }
+    r
+}
+
+/// The scalar reference written out in full: integer dot per block, its
+/// term `sumi * (d_w * d_x)`, the terms in the eight-lane order.
 fn q8_0_reference(w: &[BlockQ8_0], x: &[f32], rows: usize) -> Vec<f32> {
     let xq = quantize_q8_0(x);
     let per_row = x.len() / 32;
     (0..rows)
         .map(|r| {
-            let mut acc = 0.0f32;
-            for b in 0..per_row {
-                let (bw, bx) = (&w[r * per_row + b], &xq[b]);
-                let sumi: i32 = (0..32).map(|j| bw.qs[j] as i32 * bx.qs[j] as i32).sum();
-                acc += sumi as f32 * (bw.d.to_f32() * bx.d.to_f32());
-            }
-            acc
+            let terms: Vec<f32> = (0..per_row)
+                .map(|b| {
+                    let (bw, bx) = (&w[r * per_row + b], &xq[b]);
+                    let sumi: i32 = (0..32).map(|j| bw.qs[j] as i32 * bx.qs[j] as i32).sum();
+                    sumi as f32 * (bw.d.to_f32() * bx.d.to_f32())
+                })
+                .collect();
+            eight_lane_order(&terms)
         })
         .collect()
+}
+
+/// The same for Q4_0, nibbles unpacked by hand.
+fn q4_0_reference(w: &[BlockQ4_0], x: &[f32], rows: usize) -> Vec<f32> {
+    let xq = quantize_q8_0(x);
+    let per_row = x.len() / 32;
+    (0..rows)
+        .map(|r| {
+            let terms: Vec<f32> = (0..per_row)
+                .map(|b| {
+                    let (bw, bx) = (&w[r * per_row + b], &xq[b]);
+                    let sumi: i32 = (0..32)
+                        .map(|j| {
+                            let nibble = if j < 16 {
+                                bw.qs[j] & 15
+                            } else {
+                                bw.qs[j - 16] >> 4
+                            };
+                            (nibble as i32 - 8) * bx.qs[j] as i32
+                        })
+                        .sum();
+                    sumi as f32 * (bw.d.to_f32() * bx.d.to_f32())
+                })
+                .collect();
+            eight_lane_order(&terms)
+        })
+        .collect()
+}
+
+#[test]
+fn q4_0_quantization_follows_the_ggml_reference() {
+    let mut x = vec![0.0f32; 64];
+    x[0] = -2.0; // the largest magnitude, negative: d = -2 / -8 = 0.25
+    x[1] = 1.0; // 1 / 0.25 + 8.5 = 12.5 -> 12 -> value 4
+    x[17] = 1.99; // 7.96 + 8.5 = 16.46 -> clamped to 15 -> value 7
+    x[32] = 3.0; // block 2: d = 3 / -8 = -0.375; 3 -> -8 + 8.5 = 0.5 -> 0 -> -8
+    let blocks = quantize_q4_0(&x);
+    assert_eq!(std::mem::size_of::<BlockQ4_0>(), 18, "ggml block layout");
+    assert_eq!(blocks[0].d.to_f32(), 0.25);
+    assert_eq!(blocks[0].value(0), -8, "-2 / 0.25 + 8.5 = 0.5 -> 0 -> -8");
+    assert_eq!(blocks[0].value(1), 4);
+    assert_eq!(blocks[0].value(17), 7);
+    assert_eq!(blocks[0].value(2), 0, "zero stays 0 (nibble 8)");
+    assert_eq!(blocks[0].qs[1] & 15, 12, "weight 1 in byte 1's low nibble");
+    assert_eq!(
+        blocks[0].qs[1] >> 4,
+        15,
+        "weight 17 in byte 1's high nibble"
+    );
+    assert_eq!(blocks[1].d.to_f32(), -0.375);
+    assert_eq!(blocks[1].value(0), -8);
+    let back = dequantize_q4_0(&blocks);
+    assert_eq!(back[0], -2.0);
+    assert_eq!(back[1], 1.0);
+    assert_eq!(back[32], 3.0);
+}
+
+#[test]
+fn q4_0_matvec_matches_the_scalar_reference_on_every_pool() {
+    watched("q4_0", |_| {
+        let pools = pools();
+        let shapes: &[(usize, usize)] = if cfg!(miri) {
+            &[(0, 32), (1, 32), (3, 288)]
+        } else {
+            &[
+                (0, 32),
+                (1, 32),
+                (5, 64),
+                (3, 288),
+                (259, 384),
+                (1024, 512),
+                (40, 8224),
+            ]
+        };
+        for &(rows, cols) in shapes {
+            let w = quantize_q4_0(&spread(rows * cols, 33));
+            let x = spread(cols, 34);
+            let expected = q4_0_reference(&w, &x, rows);
+            for pool in &pools {
+                let mut out = with_sentinels(rows);
+                matvec_q4_0(pool.as_ref(), &w, &x, &mut out[..rows]);
+                assert_eq!(bits(&out[..rows]), bits(&expected), "{rows}x{cols}");
+                assert!(out[rows..].iter().all(|&v| v == SENTINEL));
+            }
+        }
+    });
+}
+
+#[test]
+fn q4_0_simd_and_scalar_dots_agree_even_on_extreme_blocks() {
+    let mut rng = XorShift(43);
+    for case in 0..if cfg!(miri) { 20 } else { 300 } {
+        let blocks = 1 + case % 19;
+        let w: Vec<BlockQ4_0> = (0..blocks)
+            .map(|_| BlockQ4_0 {
+                d: half::f16::from_f32(rng.uniform()),
+                qs: std::array::from_fn(|_| match rng.next_u64() % 4 {
+                    0 => 0x00,
+                    1 => 0xFF,
+                    _ => rng.next_u64() as u8,
+                }),
+            })
+            .collect();
+        let x: Vec<BlockQ8_0> = (0..blocks)
+            .map(|_| BlockQ8_0 {
+                d: half::f16::from_f32(rng.uniform()),
+                qs: std::array::from_fn(|_| match rng.next_u64() % 5 {
+                    0 => i8::MIN,
+                    1 => i8::MAX,
+                    2 => -i8::MAX,
+                    _ => rng.next_u64() as i8,
+                }),
+            })
+            .collect();
+        assert_eq!(
+            dot_q4_0(&w, &x).to_bits(),
+            dot_q4_0_scalar(&w, &x).to_bits(),
+            "case {case}"
+        );
+        // Without -128 in x: the SIMD path itself (the check routes -128 to
+        // the scalar path).
+        let clean: Vec<BlockQ8_0> = x
+            .iter()
+            .map(|b| BlockQ8_0 {
+                d: b.d,
+                qs: b.qs.map(|q| q.max(-127)),
+            })
+            .collect();
+        assert_eq!(
+            dot_q4_0(&w, &clean).to_bits(),
+            dot_q4_0_scalar(&w, &clean).to_bits(),
+            "case {case}, no -128"
+        );
+    }
+}
+
+#[test]
+#[should_panic(expected = "matvec_q4_0: weights hold 1 blocks but out has 2 rows of 32 columns")]
+fn q4_0_short_weights_panic_naming_the_shapes() {
+    let w = quantize_q4_0(&[0.0; 32]);
+    matvec_q4_0(None, &w, &[0.0; 32], &mut [0.0; 2]);
 }
 
 #[test]
@@ -302,8 +461,8 @@ fn q8_0_matvec_matches_the_scalar_reference_on_every_pool() {
 #[test]
 fn q8_0_simd_and_scalar_dots_agree_even_on_extreme_blocks() {
     let mut rng = XorShift(41);
-    for case in 0..if cfg!(miri) { 20 } else { 200 } {
-        let blocks = 1 + case % 9;
+    for case in 0..if cfg!(miri) { 20 } else { 300 } {
+        let blocks = 1 + case % 19;
         let make = |rng: &mut XorShift| -> Vec<BlockQ8_0> {
             (0..blocks)
                 .map(|_| BlockQ8_0 {
@@ -321,6 +480,20 @@ fn q8_0_simd_and_scalar_dots_agree_even_on_extreme_blocks() {
             dot_q8_0(&w, &x).to_bits(),
             dot_q8_0_scalar(&w, &x).to_bits(),
             "case {case}"
+        );
+        // Without -128 in x (as the quantizer makes it): the SIMD path
+        // itself, with -128 still in w.
+        let clean: Vec<BlockQ8_0> = x
+            .iter()
+            .map(|b| BlockQ8_0 {
+                d: b.d,
+                qs: b.qs.map(|q| q.max(-127)),
+            })
+            .collect();
+        assert_eq!(
+            dot_q8_0(&w, &clean).to_bits(),
+            dot_q8_0_scalar(&w, &clean).to_bits(),
+            "case {case}, no -128 in x"
         );
     }
 }

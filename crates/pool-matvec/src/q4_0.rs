@@ -1,0 +1,254 @@
+//! Q4_0: GGUF's 4-bit block format, and its matvec.
+//!
+//! A block is one `f16` scale `d` and 16 bytes of nibbles for 32 weights
+//! (18 bytes, ggml's layout): byte `j`'s low nibble is weight `j`, its high
+//! nibble weight `j + 16`, and a weight is `d * (nibble - 8)`. The
+//! activation is Q8_0 ([`crate::quantize_q8_0`], once per input vector),
+//! and a row is `sum_b sumi[b] * (d_w[b] * d_x[b])` in `blocks.rs`'s fixed
+//! order, `sumi[b]` exact on every path, so every path agrees bit for bit.
+
+use half::f16;
+use pool_core::Pool;
+
+use crate::blocks;
+use crate::each::for_each_row;
+use crate::q8_0::{quantize_q8_0, BlockQ8_0, QK8_0};
+use crate::shape::should_parallelize;
+
+/// Weights per Q4_0 block.
+pub const QK4_0: usize = 32;
+
+/// One Q4_0 block: scale, then 32 4-bit values (ggml layout).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockQ4_0 {
+    /// The scale: weight `j` is `d * (nibble_j - 8)`.
+    pub d: f16,
+    /// Byte `j`: weight `j` in the low nibble, weight `j + 16` in the high.
+    pub qs: [u8; QK4_0 / 2],
+}
+
+impl BlockQ4_0 {
+    /// Weight `j`'s signed 4-bit value, `-8..=7`.
+    #[inline]
+    pub fn value(&self, j: usize) -> i8 {
+        let byte = self.qs[j % 16];
+        let nibble = if j < 16 { byte & 0x0F } else { byte >> 4 };
+        nibble as i8 - 8
+    }
+}
+
+/// Quantizes `x` to Q4_0 as ggml's reference does: the value of largest
+/// magnitude `max` (sign kept) gives `d = max / -8`; each weight becomes
+/// `min(15, trunc(x / d + 8.5))`.
+///
+/// # Panics
+///
+/// If `x.len()` is not a multiple of 32.
+///
+/// ```
+/// let blocks = pool_matvec::quantize_q4_0(&[-1.0; 32]);
+/// assert_eq!(blocks[0].value(0), -8);
+/// assert_eq!(pool_matvec::dequantize_q4_0(&blocks)[31], -1.0);
+/// ```
+pub fn quantize_q4_0(x: &[f32]) -> Vec<BlockQ4_0> {
+    assert!(
+        x.len().is_multiple_of(QK4_0),
+        "quantize_q4_0: {} values is not a multiple of the block size {QK4_0}",
+        x.len()
+    );
+    x.chunks_exact(QK4_0)
+        .map(|values| {
+            let (mut amax, mut max) = (0.0f32, 0.0f32);
+            for &v in values {
+                if amax < v.abs() {
+                    amax = v.abs();
+                    max = v;
+                }
+            }
+            let d = max / -8.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            let q = |v: f32| ((v * id + 8.5) as i8).min(15) as u8;
+            let qs = std::array::from_fn(|j| q(values[j]) | (q(values[j + 16]) << 4));
+            BlockQ4_0 {
+                d: f16::from_f32(d),
+                qs,
+            }
+        })
+        .collect()
+}
+
+/// The values a block row stands for.
+pub fn dequantize_q4_0(blocks: &[BlockQ4_0]) -> Vec<f32> {
+    blocks
+        .iter()
+        .flat_map(|b| {
+            let d = b.d.to_f32();
+            (0..QK4_0).map(move |j| d * f32::from(b.value(j)))
+        })
+        .collect()
+}
+
+/// `out = W x` for Q4_0 weights (`w` row-major, `x.len() / 32` blocks per
+/// row), with `x` quantized to Q8_0 first. Deterministic across thread
+/// counts; every SIMD tier equals the scalar path bit for bit.
+///
+/// # Panics
+///
+/// If `x.len()` is not a multiple of 32, or `w` holds fewer than
+/// `out.len() * x.len() / 32` blocks (message names the shapes).
+pub fn matvec_q4_0(pool: Option<&Pool>, w: &[BlockQ4_0], x: &[f32], out: &mut [f32]) {
+    assert!(
+        x.len().is_multiple_of(QK4_0),
+        "matvec_q4_0: row length {} is not a multiple of the block size {QK4_0}",
+        x.len()
+    );
+    matvec_q4_0_prepared(pool, w, &quantize_q8_0(x), out);
+}
+
+/// [`matvec_q4_0`] with the activation already quantized (one
+/// [`quantize_q8_0`] shared by every matrix that reads the same input, as
+/// Q, K and V do). An `xq` holding -128 (which `quantize_q8_0` never
+/// makes) runs the scalar path, still exact.
+///
+/// # Panics
+///
+/// If `w` holds fewer than `out.len() * xq.len()` blocks.
+pub fn matvec_q4_0_prepared(
+    pool: Option<&Pool>,
+    w: &[BlockQ4_0],
+    xq: &[BlockQ8_0],
+    out: &mut [f32],
+) {
+    let (rows, blocks_per_row) = (out.len(), xq.len());
+    let cols = blocks_per_row * QK4_0;
+    assert!(
+        w.len() >= rows * blocks_per_row,
+        "matvec_q4_0: weights hold {} blocks but out has {rows} rows of {cols} columns \
+         (need {rows} x {blocks_per_row} blocks)",
+        w.len()
+    );
+    let dot: DotFn = if xq.iter().any(|b| b.qs.contains(&i8::MIN)) {
+        dot_q4_0_scalar
+    } else {
+        select_dot()
+    };
+    let pool = pool.filter(|_| should_parallelize(rows, cols / 4));
+    for_each_row(pool, out, &|row, value| {
+        *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], xq);
+    });
+}
+
+/// One row's dot product with a Q8_0 activation, scalar path: the
+/// reference every SIMD path equals bit for bit.
+pub fn dot_q4_0_scalar(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
+    let blocks = w.len().min(x.len());
+    blocks::accumulate(blocks, |b| {
+        let sumi = (0..QK8_0)
+            .map(|j| i32::from(w[b].value(j)) * i32::from(x[b].qs[j]))
+            .sum();
+        blocks::term(sumi, w[b].d.to_f32(), x[b].d.to_f32())
+    })
+}
+
+/// One row's dot product by the tier the kernels use. Any `x` is exact:
+/// one holding -128 (never produced by `quantize_q8_0`) takes the scalar
+/// path.
+pub fn dot_q4_0(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
+    if x.iter().any(|b| b.qs.contains(&i8::MIN)) {
+        return dot_q4_0_scalar(w, x);
+    }
+    dot_q4_0_quantized(w, x)
+}
+
+/// [`dot_q4_0`] for an `x` from `quantize_q8_0` (no -128): no check.
+#[inline]
+pub(crate) fn dot_q4_0_quantized(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
+    select_dot()(w, x)
+}
+
+type DotFn = fn(&[BlockQ4_0], &[BlockQ8_0]) -> f32;
+
+fn select_dot() -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    if crate::tier::simd_tier() >= crate::tier::SimdTier::Avx2 {
+        return avx2::dot;
+    }
+    dot_q4_0_scalar
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{BlockQ4_0, BlockQ8_0};
+    use crate::blocks;
+    use crate::q8_0::simd::{reduce1, reduce8, scales_of};
+
+    /// Safe entry: only selected for the AVX2 tier or wider, and only for
+    /// an `x` without -128.
+    pub(super) fn dot(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
+        // SAFETY: `select_dot` returns this function only for the AVX2
+        // tier or wider (`SimdTier::is_available`), which requires AVX2
+        // and F16C.
+        unsafe { dot_avx2(w, x) }
+    }
+
+    /// As the Q8_0 kernel: eight blocks in flight, `blocks.rs`'s order.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2 and F16C.
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn dot_avx2(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
+        let blocks = w.len().min(x.len());
+        let body = blocks / blocks::LANES * blocks::LANES;
+        let mut acc = _mm256_setzero_ps();
+        let mut b = 0;
+        while b < body {
+            let sums: [__m256i; 8] =
+                // SAFETY: AVX2, by this function's contract.
+                std::array::from_fn(|k| unsafe { block_sums(&w[b + k], &x[b + k].qs) });
+            let sumi = _mm256_cvtepi32_ps(reduce8(sums));
+            let dw = scales_of(std::array::from_fn(|k| w[b + k].d.to_bits()));
+            let dx = scales_of(std::array::from_fn(|k| x[b + k].d.to_bits()));
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, _mm256_mul_ps(dw, dx)));
+            b += blocks::LANES;
+        }
+        let mut lanes = [0.0f32; 8];
+        // SAFETY: `lanes` is 32 writable bytes.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+        let mut result = blocks::reduce(lanes);
+        for (bw, bx) in w[b..blocks].iter().zip(&x[b..blocks]) {
+            // SAFETY: AVX2, by this function's contract.
+            let sumi = unsafe { reduce1(block_sums(bw, &bx.qs)) };
+            result += blocks::term(sumi, bw.d.to_f32(), bx.d.to_f32());
+        }
+        result
+    }
+
+    /// Eight i32 partial sums of one block's products: the nibbles
+    /// unpacked in weight order (low nibbles, then high), less 8, times
+    /// `x` by the sign trick (exact: |w| <= 8, `x` has no -128).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn block_sums(w: &BlockQ4_0, x: &[i8; 32]) -> __m256i {
+        // SAFETY: `qs` is exactly 16 bytes, `x` exactly 32.
+        let (packed, vx) = unsafe {
+            (
+                _mm_loadu_si128(w.qs.as_ptr().cast()),
+                _mm256_loadu_si256(x.as_ptr().cast()),
+            )
+        };
+        let low = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
+        let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0F));
+        let nibbles = _mm256_set_m128i(high, low);
+        let vw = _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+        let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(vw, vw), _mm256_sign_epi8(vx, vw));
+        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+    }
+}
