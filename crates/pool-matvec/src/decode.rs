@@ -12,8 +12,8 @@ use pool_core::Pool;
 
 use crate::disjoint::DisjointRows;
 use crate::fast::matvec_f32_fast;
-use crate::q4_0::{dot_q4_0_quantized, quantize_q4_0, BlockQ4_0};
-use crate::q8_0::{dot_q8_0_quantized, quantize_q8_0, BlockQ8_0, QK8_0};
+use crate::q4_0::{quantize_q4_0, BlockQ4_0};
+use crate::q8_0::{quantize_q8_0, ActivationExtras, BlockQ8_0, QK8_0};
 use crate::rows::{RowFn, RowParallel};
 
 /// The model shape.
@@ -103,14 +103,18 @@ enum MatrixData {
 /// An input vector, quantized once when the weights need it.
 pub struct Input<'a> {
     f32: &'a [f32],
-    q8_0: Option<Vec<BlockQ8_0>>,
+    q8_0: Option<(Vec<BlockQ8_0>, ActivationExtras)>,
 }
 
 impl<'a> Input<'a> {
     /// Prepares `x` for matrices of `format`.
     pub fn new(x: &'a [f32], format: WeightFormat) -> Self {
         // One Q8_0 activation for every matrix that reads this input.
-        let q8_0 = (format != WeightFormat::F32).then(|| quantize_q8_0(x));
+        let q8_0 = (format != WeightFormat::F32).then(|| {
+            let q = quantize_q8_0(x);
+            let extras = ActivationExtras::of(&q);
+            (q, extras)
+        });
         Input { f32: x, q8_0 }
     }
 }
@@ -143,19 +147,23 @@ impl Matrix {
                 matvec_f32_fast(None, rows, x.f32, out);
             }
             MatrixData::Q8_0(w) => {
-                let xq = x.q8_0.as_deref().expect("Input prepared for Q8_0");
+                let (q, extras) = x.q8_0.as_ref().expect("Input prepared for Q8_0");
+                let xq = extras.with(q);
+                let dot = crate::q8_0::select_dot(&xq);
                 let per_row = cols / QK8_0;
                 for (o, value) in out.iter_mut().enumerate() {
                     let row = start + o;
-                    *value = dot_q8_0_quantized(&w[row * per_row..(row + 1) * per_row], xq);
+                    *value = dot(&w[row * per_row..(row + 1) * per_row], &xq);
                 }
             }
             MatrixData::Q4_0(w) => {
-                let xq = x.q8_0.as_deref().expect("Input prepared for Q4_0");
+                let (q, extras) = x.q8_0.as_ref().expect("Input prepared for Q4_0");
+                let xq = extras.with(q);
+                let dot = crate::q4_0::select_dot();
                 let per_row = cols / QK8_0;
                 for (o, value) in out.iter_mut().enumerate() {
                     let row = start + o;
-                    *value = dot_q4_0_quantized(&w[row * per_row..(row + 1) * per_row], xq);
+                    *value = dot(&w[row * per_row..(row + 1) * per_row], &xq);
                 }
             }
         }

@@ -12,7 +12,7 @@ use pool_core::Pool;
 
 use crate::blocks;
 use crate::each::for_each_row;
-use crate::q8_0::{quantize_q8_0, BlockQ8_0, QK8_0};
+use crate::q8_0::{quantize_q8_0, Activation, ActivationExtras, BlockQ8_0, QK8_0};
 use crate::shape::should_parallelize;
 
 /// Weights per Q4_0 block.
@@ -128,14 +128,12 @@ pub fn matvec_q4_0_prepared(
          (need {rows} x {blocks_per_row} blocks)",
         w.len()
     );
-    let dot: DotFn = if xq.iter().any(|b| b.qs.contains(&i8::MIN)) {
-        dot_q4_0_scalar
-    } else {
-        select_dot()
-    };
+    let extras = ActivationExtras::of(xq);
+    let x = extras.with(xq);
+    let dot = select_dot();
     let pool = pool.filter(|_| should_parallelize(rows, cols / 4));
     for_each_row(pool, out, &|row, value| {
-        *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], xq);
+        *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], &x);
     });
 }
 
@@ -151,43 +149,39 @@ pub fn dot_q4_0_scalar(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
     })
 }
 
-/// One row's dot product by the tier the kernels use. Any `x` is exact:
-/// one holding -128 (never produced by `quantize_q8_0`) takes the scalar
-/// path.
+/// One row's dot product by the tier the kernels use (exact for any `x`).
 pub fn dot_q4_0(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
-    if x.iter().any(|b| b.qs.contains(&i8::MIN)) {
-        return dot_q4_0_scalar(w, x);
-    }
-    dot_q4_0_quantized(w, x)
+    let extras = ActivationExtras::of(x);
+    select_dot()(w, &extras.with(x))
 }
 
-/// [`dot_q4_0`] for an `x` from `quantize_q8_0` (no -128): no check.
-#[inline]
-pub(crate) fn dot_q4_0_quantized(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
-    select_dot()(w, x)
+/// One row against a prepared activation.
+pub(crate) type DotFn = fn(&[BlockQ4_0], &Activation<'_>) -> f32;
+
+fn dot_scalar(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
+    dot_q4_0_scalar(w, x.q)
 }
 
-type DotFn = fn(&[BlockQ4_0], &[BlockQ8_0]) -> f32;
-
-fn select_dot() -> DotFn {
+/// The tier's kernel (exact for any activation: the unsigned nibbles
+/// times any `i8` stay within `maddubs`' i16 pairs).
+pub(crate) fn select_dot() -> DotFn {
     #[cfg(target_arch = "x86_64")]
     if crate::tier::simd_tier() >= crate::tier::SimdTier::Avx2 {
         return avx2::dot;
     }
-    dot_q4_0_scalar
+    dot_scalar
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BlockQ4_0, BlockQ8_0};
+    use super::{Activation, BlockQ4_0};
     use crate::blocks;
     use crate::q8_0::simd::{reduce1, reduce8, scales_of};
 
-    /// Safe entry: only selected for the AVX2 tier or wider, and only for
-    /// an `x` without -128.
-    pub(super) fn dot(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
+    /// Safe entry: only selected for the AVX2 tier or wider.
+    pub(super) fn dot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
         // SAFETY: `select_dot` returns this function only for the AVX2
         // tier or wider (`SimdTier::is_available`), which requires AVX2
         // and F16C.
@@ -195,23 +189,32 @@ mod avx2 {
     }
 
     /// As the Q8_0 kernel: eight blocks in flight, `blocks.rs`'s order.
+    /// Each block's integer dot is `sum(nibble * x) - 8 * sum(x)`, the
+    /// second sum computed once per activation.
     ///
     /// # Safety
     ///
     /// The CPU must support AVX2 and F16C.
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn dot_avx2(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
-        let blocks = w.len().min(x.len());
+    unsafe fn dot_avx2(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
+        let blocks = w.len().min(x.q.len());
         let body = blocks / blocks::LANES * blocks::LANES;
         let mut acc = _mm256_setzero_ps();
         let mut b = 0;
         while b < body {
             let sums: [__m256i; 8] =
                 // SAFETY: AVX2, by this function's contract.
-                std::array::from_fn(|k| unsafe { block_sums(&w[b + k], &x[b + k].qs) });
-            let sumi = _mm256_cvtepi32_ps(reduce8(sums));
+                std::array::from_fn(|k| unsafe { nibble_sums(&w[b + k], &x.q[b + k].qs) });
+            // SAFETY: b + 8 <= blocks <= the activation's lengths.
+            let (xsum, dx) = unsafe {
+                (
+                    _mm256_loadu_si256(x.sum.as_ptr().add(b).cast()),
+                    _mm256_loadu_ps(x.d.as_ptr().add(b)),
+                )
+            };
+            let exact = _mm256_sub_epi32(reduce8(sums), _mm256_slli_epi32::<3>(xsum));
+            let sumi = _mm256_cvtepi32_ps(exact);
             let dw = scales_of(std::array::from_fn(|k| w[b + k].d.to_bits()));
-            let dx = scales_of(std::array::from_fn(|k| x[b + k].d.to_bits()));
             acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, _mm256_mul_ps(dw, dx)));
             b += blocks::LANES;
         }
@@ -219,24 +222,25 @@ mod avx2 {
         // SAFETY: `lanes` is 32 writable bytes.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
         let mut result = blocks::reduce(lanes);
-        for (bw, bx) in w[b..blocks].iter().zip(&x[b..blocks]) {
+        let tail = w[b..blocks].iter().zip(&x.q[b..blocks]).zip(&x.sum[b..blocks]);
+        for (k, ((bw, bx), xsum)) in tail.enumerate() {
             // SAFETY: AVX2, by this function's contract.
-            let sumi = unsafe { reduce1(block_sums(bw, &bx.qs)) };
-            result += blocks::term(sumi, bw.d.to_f32(), bx.d.to_f32());
+            let sumi = unsafe { reduce1(nibble_sums(bw, &bx.qs)) } - 8 * xsum;
+            result += blocks::term(sumi, bw.d.to_f32(), x.d[b + k]);
         }
         result
     }
 
-    /// Eight i32 partial sums of one block's products: the nibbles
-    /// unpacked in weight order (low nibbles, then high), less 8, times
-    /// `x` by the sign trick (exact: |w| <= 8, `x` has no -128).
+    /// Eight i32 partial sums of `nibble * x` over one block: the nibbles
+    /// unpacked in weight order (low nibbles, then high) as unsigned bytes
+    /// (0..=15), so `maddubs` pairs stay far within i16 for any `x`.
     ///
     /// # Safety
     ///
     /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
     #[inline]
-    unsafe fn block_sums(w: &BlockQ4_0, x: &[i8; 32]) -> __m256i {
+    unsafe fn nibble_sums(w: &BlockQ4_0, x: &[i8; 32]) -> __m256i {
         // SAFETY: `qs` is exactly 16 bytes, `x` exactly 32.
         let (packed, vx) = unsafe {
             (
@@ -247,8 +251,6 @@ mod avx2 {
         let low = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
         let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0F));
         let nibbles = _mm256_set_m128i(high, low);
-        let vw = _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
-        let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(vw, vw), _mm256_sign_epi8(vx, vw));
-        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+        _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles, vx), _mm256_set1_epi16(1))
     }
 }

@@ -114,15 +114,59 @@ pub fn matvec_q8_0_prepared(
          (need {rows} x {blocks_per_row} blocks)",
         w.len()
     );
-    let dot: DotFn = if xq.iter().any(|b| b.qs.contains(&i8::MIN)) {
-        dot_q8_0_scalar
-    } else {
-        select_dot()
-    };
+    let extras = ActivationExtras::of(xq);
+    let x = extras.with(xq);
+    let dot = select_dot(&x);
     let pool = pool.filter(|_| should_parallelize(rows, cols));
     for_each_row(pool, out, &|row, value| {
-        *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], xq);
+        *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], &x);
     });
+}
+
+/// A Q8_0 activation and what every row's kernel needs of it, computed
+/// once per input vector: the scales as f32 and each block's sum of
+/// values (Q4_0's kernel multiplies unsigned nibbles and subtracts
+/// `8 * sum`).
+#[derive(Clone, Copy)]
+pub(crate) struct Activation<'a> {
+    pub(crate) q: &'a [BlockQ8_0],
+    pub(crate) d: &'a [f32],
+    pub(crate) sum: &'a [i32],
+    /// Whether a value is -128 (never from `quantize_q8_0`): the sign
+    /// trick is not exact then, and the scalar paths run.
+    pub(crate) has_min: bool,
+}
+
+/// What [`Activation`] adds to the blocks, owned (kept beside them).
+#[derive(Debug, Clone)]
+pub(crate) struct ActivationExtras {
+    d: Vec<f32>,
+    sum: Vec<i32>,
+    has_min: bool,
+}
+
+impl ActivationExtras {
+    pub(crate) fn of(q: &[BlockQ8_0]) -> ActivationExtras {
+        ActivationExtras {
+            d: q.iter().map(|b| b.d.to_f32()).collect(),
+            sum: q
+                .iter()
+                .map(|b| b.qs.iter().map(|&v| i32::from(v)).sum())
+                .collect(),
+            has_min: q.iter().any(|b| b.qs.contains(&i8::MIN)),
+        }
+    }
+
+    /// The activation of `q`, which these extras were computed from.
+    pub(crate) fn with<'a>(&'a self, q: &'a [BlockQ8_0]) -> Activation<'a> {
+        debug_assert_eq!(q.len(), self.d.len());
+        Activation {
+            q,
+            d: &self.d,
+            sum: &self.sum,
+            has_min: self.has_min,
+        }
+    }
 }
 
 /// One row's dot product, scalar path: the reference every SIMD path
@@ -144,26 +188,26 @@ pub fn dot_q8_0_scalar(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
 /// one holding -128 (never produced by [`quantize_q8_0`]) takes the scalar
 /// path.
 pub fn dot_q8_0(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
-    if x.iter().any(|b| b.qs.contains(&i8::MIN)) {
-        return dot_q8_0_scalar(w, x);
-    }
-    dot_q8_0_quantized(w, x)
+    let extras = ActivationExtras::of(x);
+    let x = extras.with(x);
+    select_dot(&x)(w, &x)
 }
 
-/// [`dot_q8_0`] for an `x` from [`quantize_q8_0`] (no -128): no check.
-#[inline]
-pub(crate) fn dot_q8_0_quantized(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
-    select_dot()(w, x)
+/// One row against a prepared activation (the kernel `select_dot` picked).
+pub(crate) type DotFn = fn(&[BlockQ8_0], &Activation<'_>) -> f32;
+
+fn dot_scalar(w: &[BlockQ8_0], x: &Activation<'_>) -> f32 {
+    dot_q8_0_scalar(w, x.q)
 }
 
-type DotFn = fn(&[BlockQ8_0], &[BlockQ8_0]) -> f32;
-
-fn select_dot() -> DotFn {
+/// The kernel for `x`: the tier's, or the scalar path when `x` holds -128.
+pub(crate) fn select_dot(x: &Activation<'_>) -> DotFn {
     #[cfg(target_arch = "x86_64")]
-    if crate::tier::simd_tier() >= crate::tier::SimdTier::Avx2 {
+    if !x.has_min && crate::tier::simd_tier() >= crate::tier::SimdTier::Avx2 {
         return avx2::dot;
     }
-    dot_q8_0_scalar
+    let _ = x;
+    dot_scalar
 }
 
 /// The AVX2 helpers the Q4_0 kernel shares.
@@ -176,13 +220,12 @@ pub(crate) mod simd {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BlockQ8_0, QK8_0};
+    use super::{Activation, BlockQ8_0, QK8_0};
     use crate::blocks;
 
     /// Safe entry: only selected for the AVX2 tier or wider, and only for
-    /// an `x` without -128 (`dot_q8_0` checks; `quantize_q8_0` never makes
-    /// one).
-    pub(super) fn dot(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
+    /// an `x` without -128 (`select_dot` checks `has_min`).
+    pub(super) fn dot(w: &[BlockQ8_0], x: &Activation<'_>) -> f32 {
         // SAFETY: `select_dot` returns this function only for the AVX2
         // tier or wider (`SimdTier::is_available`), which requires AVX2
         // and F16C.
@@ -197,17 +240,19 @@ mod avx2 {
     ///
     /// The CPU must support AVX2 and F16C.
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn dot_avx2(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
-        let blocks = w.len().min(x.len());
+    unsafe fn dot_avx2(w: &[BlockQ8_0], x: &Activation<'_>) -> f32 {
+        let blocks = w.len().min(x.q.len());
         let body = blocks / blocks::LANES * blocks::LANES;
         let mut acc = _mm256_setzero_ps();
         let mut b = 0;
         while b < body {
             let sums: [__m256i; 8] =
                 // SAFETY: AVX2, by this function's contract.
-                std::array::from_fn(|k| unsafe { block_sums(&w[b + k].qs, &x[b + k].qs) });
+                std::array::from_fn(|k| unsafe { block_sums(&w[b + k].qs, &x.q[b + k].qs) });
             let sumi = _mm256_cvtepi32_ps(reduce8(sums));
-            let d = _mm256_mul_ps(scales(&w[b..b + 8]), scales(&x[b..b + 8]));
+            // SAFETY: b + 8 <= blocks <= x.d.len().
+            let dx = unsafe { _mm256_loadu_ps(x.d.as_ptr().add(b)) };
+            let d = _mm256_mul_ps(scales_of(std::array::from_fn(|k| w[b + k].d.to_bits())), dx);
             acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, d));
             b += blocks::LANES;
         }
@@ -215,7 +260,7 @@ mod avx2 {
         // SAFETY: `lanes` is 32 writable bytes.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
         let mut result = blocks::reduce(lanes);
-        for (bw, bx) in w[b..blocks].iter().zip(&x[b..blocks]) {
+        for (bw, bx) in w[b..blocks].iter().zip(&x.q[b..blocks]) {
             // SAFETY: AVX2, by this function's contract.
             let sumi = unsafe { reduce1(block_sums(&bw.qs, &bx.qs)) };
             result += blocks::term(sumi, bw.d.to_f32(), bx.d.to_f32());
@@ -270,19 +315,12 @@ mod avx2 {
         _mm256_add_epi32(low_halves, high_halves)
     }
 
-    /// Eight f16 scales as f32 (F16C: exact, like `half`).
+    /// Eight f16 scales as f32 (F16C: exact, like `half`), packed into
+    /// one register without a trip through memory.
     #[target_feature(enable = "avx2,f16c")]
     #[inline]
     pub(crate) fn scales_of(bits: [u16; 8]) -> __m256 {
-        // SAFETY: `bits` is 16 readable bytes.
-        let packed = unsafe { _mm_loadu_si128(bits.as_ptr().cast()) };
-        _mm256_cvtph_ps(packed)
-    }
-
-    /// The eight blocks' scales.
-    #[target_feature(enable = "avx2,f16c")]
-    #[inline]
-    fn scales(blocks: &[BlockQ8_0]) -> __m256 {
-        scales_of(std::array::from_fn(|k| blocks[k].d.to_bits()))
+        let [b0, b1, b2, b3, b4, b5, b6, b7] = bits.map(|b| b as i16);
+        _mm256_cvtph_ps(_mm_setr_epi16(b0, b1, b2, b3, b4, b5, b6, b7))
     }
 }
