@@ -41,6 +41,7 @@ impl From<Stats> for Summary {
 pub(crate) struct BenchReport {
     quick: bool,
     simd_tier: &'static str,
+    quantized_kernel: &'static str,
     participants: usize,
     pool_workers: usize,
     oversubscribed_workers: usize,
@@ -504,6 +505,7 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
     BenchReport {
         quick,
         simd_tier: pool_matvec::simd_tier().name(),
+        quantized_kernel: pool_matvec::quantized_kernel_name(pool_matvec::simd_tier()),
         participants,
         pool_workers: workers,
         oversubscribed_workers,

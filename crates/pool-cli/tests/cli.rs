@@ -182,9 +182,31 @@ fn bench_quick_json_has_every_field_with_sane_values() {
         "f32_rayon_gbs",
         "f32_serial_gbs",
         "q8_0_pool_gbs",
+        "q8_0_rayon_gbs",
+        "q8_0_serial_gbs",
+        "q4_0_pool_gbs",
+        "q4_0_rayon_gbs",
+        "q4_0_serial_gbs",
     ] {
         positive(&["bandwidth", f, "median"]);
     }
+    let formats: Vec<&str> = r["decode_formats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["format"].as_str().unwrap())
+        .collect();
+    assert_eq!(formats, ["f32", "q8_0", "q4_0"]);
+    for i in ["0", "1", "2"] {
+        for f in [
+            "serial_tokens_per_s",
+            "rayon_tokens_per_s",
+            "pool_tokens_per_s",
+        ] {
+            positive(&["decode_formats", i, f, "median"]);
+        }
+    }
+    assert!(["portable", "neon", "avx2", "avx512"].contains(&r["simd_tier"].as_str().unwrap()));
     for f in [
         "serial_tokens_per_s",
         "rayon_tokens_per_s",

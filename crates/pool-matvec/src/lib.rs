@@ -41,13 +41,13 @@ pub use each::{for_each_chunk_init, for_each_row};
 pub use exact::{matvec_naive, matvec_rows, matvec_rows2};
 pub use fast::{dot_fast, dot_fast_on, dot_fast_portable, matvec_f32_fast};
 pub use q4_0::{
-    dequantize_q4_0, dot_q4_0, dot_q4_0_scalar, matvec_q4_0, matvec_q4_0_prepared, quantize_q4_0,
-    BlockQ4_0, QK4_0,
+    dequantize_q4_0, dot_q4_0, dot_q4_0_on, dot_q4_0_scalar, matvec_q4_0, matvec_q4_0_prepared,
+    quantize_q4_0, BlockQ4_0, QK4_0,
 };
 pub use q8_0::{
-    dequantize_q8_0, dot_q8_0, dot_q8_0_scalar, matvec_q8_0, matvec_q8_0_prepared, quantize_q8_0,
-    BlockQ8_0, QK8_0,
+    dequantize_q8_0, dot_q8_0, dot_q8_0_on, dot_q8_0_scalar, matvec_q8_0, matvec_q8_0_prepared,
+    quantize_q8_0, BlockQ8_0, QK8_0,
 };
 pub use rows::{grain_for, RowFn, RowParallel, GRAINS_PER_PARTICIPANT, MIN_GRAIN};
 pub use shape::{should_parallelize, PARALLEL_THRESHOLD};
-pub use tier::{simd_tier, SimdTier, SIMD_TIER_ENV};
+pub use tier::{quantized_kernel_name, simd_tier, SimdTier, SIMD_TIER_ENV};

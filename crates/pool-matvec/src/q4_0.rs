@@ -14,6 +14,7 @@ use crate::blocks;
 use crate::each::for_each_row;
 use crate::q8_0::{quantize_q8_0, Activation, ActivationExtras, BlockQ8_0, QK8_0};
 use crate::shape::should_parallelize;
+use crate::tier::SimdTier;
 
 /// Weights per Q4_0 block.
 pub const QK4_0: usize = 32;
@@ -165,11 +166,28 @@ fn dot_scalar(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
 /// The tier's kernel (exact for any activation: the unsigned nibbles
 /// times any `i8` stay within `maddubs`' i16 pairs).
 pub(crate) fn select_dot() -> DotFn {
-    #[cfg(target_arch = "x86_64")]
-    if crate::tier::simd_tier() >= crate::tier::SimdTier::Avx2 {
-        return avx2::dot;
+    kernel_for(crate::tier::simd_tier())
+}
+
+/// The kernel `tier` runs (an available tier).
+fn kernel_for(tier: SimdTier) -> DotFn {
+    match tier {
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx512 if crate::tier::has_avx512_vnni() => avx512::dot,
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx512 | SimdTier::Avx2 => avx2::dot,
+        _ => dot_scalar,
     }
-    dot_scalar
+}
+
+/// One row's dot product by `tier`'s code path; `None` if this CPU cannot
+/// run the tier. Every tier gives the scalar path's bits.
+pub fn dot_q4_0_on(tier: SimdTier, w: &[BlockQ4_0], x: &[BlockQ8_0]) -> Option<f32> {
+    if !tier.is_available() {
+        return None;
+    }
+    let extras = ActivationExtras::of(x);
+    Some(kernel_for(tier)(w, &extras.with(x)))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -222,7 +240,10 @@ mod avx2 {
         // SAFETY: `lanes` is 32 writable bytes.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
         let mut result = blocks::reduce(lanes);
-        let tail = w[b..blocks].iter().zip(&x.q[b..blocks]).zip(&x.sum[b..blocks]);
+        let tail = w[b..blocks]
+            .iter()
+            .zip(&x.q[b..blocks])
+            .zip(&x.sum[b..blocks]);
         for (k, ((bw, bx), xsum)) in tail.enumerate() {
             // SAFETY: AVX2, by this function's contract.
             let sumi = unsafe { reduce1(nibble_sums(bw, &bx.qs)) } - 8 * xsum;
@@ -252,5 +273,115 @@ mod avx2 {
         let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0F));
         let nibbles = _mm256_set_m128i(high, low);
         _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles, vx), _mm256_set1_epi16(1))
+    }
+}
+
+/// AVX-512 VNNI on 256-bit registers: the AVX2 kernel with `vpdpbusd`
+/// of the unsigned nibbles and `x` in one instruction.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{Activation, BlockQ4_0};
+    use crate::blocks;
+    use crate::q8_0::simd::reduce8;
+
+    /// Safe entry: only selected for the AVX-512 tier with VNNI.
+    pub(super) fn dot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
+        // SAFETY: `kernel_for` returns this function only when
+        // `has_avx512_vnni()`: the AVX-512 tier (F/BW/DQ/VL, AVX2, F16C)
+        // and AVX512-VNNI.
+        unsafe { dot_vnni(w, x) }
+    }
+
+    /// # Safety
+    ///
+    /// AVX-512 VL/VNNI, AVX2 and F16C.
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,f16c")]
+    unsafe fn dot_vnni(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
+        let blocks = w.len().min(x.q.len());
+        let body = blocks / blocks::LANES * blocks::LANES;
+        let mut acc = _mm256_setzero_ps();
+        let mut b = 0;
+        while b < body {
+            let sums: [__m256i; 8] =
+                // SAFETY: the features, by this function's contract.
+                std::array::from_fn(|k| unsafe { nibble_dots(&w[b + k], &x.q[b + k].qs) });
+            // SAFETY: b + 8 <= blocks <= the activation's lengths.
+            let (xsum, dx) = unsafe {
+                (
+                    _mm256_loadu_si256(x.sum.as_ptr().add(b).cast()),
+                    _mm256_loadu_ps(x.d.as_ptr().add(b)),
+                )
+            };
+            let exact = _mm256_sub_epi32(reduce8(sums), _mm256_slli_epi32::<3>(xsum));
+            let sumi = _mm256_cvtepi32_ps(exact);
+            // SAFETY: the eight blocks at `b` are in bounds.
+            let dw = unsafe { gathered_scales(w.as_ptr().add(b)) };
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, _mm256_mul_ps(dw, dx)));
+            b += blocks::LANES;
+        }
+        let mut lanes = [0.0f32; 8];
+        // SAFETY: `lanes` is 32 writable bytes.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+        let mut result = blocks::reduce(lanes);
+        for (bw, bx) in w[b..blocks].iter().zip(&x.q[b..blocks]) {
+            let sumi = (0..32)
+                .map(|j| i32::from(bw.value(j)) * i32::from(bx.qs[j]))
+                .sum();
+            result += blocks::term(sumi, bw.d.to_f32(), bx.d.to_f32());
+        }
+        result
+    }
+
+    /// Eight i32 partial sums of `nibble * x` over one block (nibbles
+    /// unsigned, 0..=15: exact for any `x`).
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 VL/VNNI and AVX2.
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2")]
+    #[inline]
+    unsafe fn nibble_dots(w: &BlockQ4_0, x: &[i8; 32]) -> __m256i {
+        // SAFETY: `qs` is exactly 16 bytes, `x` exactly 32.
+        let (packed, vx) = unsafe {
+            (
+                _mm_loadu_si128(w.qs.as_ptr().cast()),
+                _mm256_loadu_si256(x.as_ptr().cast()),
+            )
+        };
+        let low = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
+        let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0F));
+        let nibbles = _mm256_set_m128i(high, low);
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), nibbles, vx)
+    }
+
+    /// The scales of the eight blocks at `blocks` as f32: one gather of the
+    /// dword at each block's start (the f16 scale and two bytes after it,
+    /// inside the block), narrowed to the scales' 16 bits, converted. Off
+    /// the shuffle port that eight word inserts would load.
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 F/VL, AVX2 and F16C; eight blocks readable at `blocks`.
+    #[target_feature(enable = "avx512f,avx512vl,avx2,f16c")]
+    #[inline]
+    unsafe fn gathered_scales(blocks: *const BlockQ4_0) -> __m256 {
+        const STRIDE: i32 = std::mem::size_of::<BlockQ4_0>() as i32;
+        let offsets = _mm256_setr_epi32(
+            0,
+            STRIDE,
+            2 * STRIDE,
+            3 * STRIDE,
+            4 * STRIDE,
+            5 * STRIDE,
+            6 * STRIDE,
+            7 * STRIDE,
+        );
+        // SAFETY: each of the eight 4-byte reads starts at a block and
+        // stays inside it (a block is 18 bytes); the caller
+        // guarantees the eight blocks.
+        let words = unsafe { _mm256_i32gather_epi32::<1>(blocks.cast(), offsets) };
+        _mm256_cvtph_ps(_mm256_cvtepi32_epi16(words))
     }
 }

@@ -100,6 +100,30 @@ impl fmt::Display for SimdTier {
     }
 }
 
+/// Whether the AVX-512 tier's quantized kernels can use VNNI
+/// (`vpdpbusd`): the tier plus `avx512vnni`. Without it they run the AVX2
+/// kernels.
+pub(crate) fn has_avx512_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        SimdTier::Avx512.is_available() && std::arch::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The quantized kernels' code path under `tier` on this CPU: `scalar`,
+/// `avx2` or `avx512-vnni` (for reports; the f32 kernel is the tier's).
+pub fn quantized_kernel_name(tier: SimdTier) -> &'static str {
+    match tier {
+        SimdTier::Avx512 if has_avx512_vnni() => "avx512-vnni",
+        SimdTier::Avx512 | SimdTier::Avx2 => "avx2",
+        SimdTier::Portable | SimdTier::Neon => "scalar",
+    }
+}
+
 /// The tier the kernels use: [`SimdTier::detected`], or the lower one
 /// `POOL_SIMD_TIER` names. Decided once per process.
 pub fn simd_tier() -> SimdTier {

@@ -425,6 +425,16 @@ fn q4_0_simd_and_scalar_dots_agree_even_on_extreme_blocks() {
             dot_q4_0_scalar(&w, &clean).to_bits(),
             "case {case}, no -128"
         );
+        for tier in SimdTier::available() {
+            for x in [&x, &clean] {
+                assert_eq!(
+                    dot_q4_0_on(tier, &w, x).unwrap().to_bits(),
+                    dot_q4_0_scalar(&w, x).to_bits(),
+                    "case {case} on {tier} ({})",
+                    quantized_kernel_name(tier)
+                );
+            }
+        }
     }
 }
 
@@ -495,6 +505,16 @@ fn q8_0_simd_and_scalar_dots_agree_even_on_extreme_blocks() {
             dot_q8_0_scalar(&w, &clean).to_bits(),
             "case {case}, no -128 in x"
         );
+        for tier in SimdTier::available() {
+            for x in [&x, &clean] {
+                assert_eq!(
+                    dot_q8_0_on(tier, &w, x).unwrap().to_bits(),
+                    dot_q8_0_scalar(&w, x).to_bits(),
+                    "case {case} on {tier} ({})",
+                    quantized_kernel_name(tier)
+                );
+            }
+        }
     }
 }
 
