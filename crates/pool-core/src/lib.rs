@@ -20,6 +20,7 @@
 //! unset: the adaptive policy, see [`SpinPolicy`]).
 //! Width and placement come from `pool-topo` through [`Pool::from_env`].
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 mod builder;
 mod clock;
 mod context;

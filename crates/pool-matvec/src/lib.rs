@@ -24,6 +24,7 @@
 //! assert_eq!(rows.into_inner(), 1000);
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 mod blocks;
 pub mod decode;
 mod disjoint;

@@ -131,7 +131,10 @@ pub fn matvec_q8_0_prepared(
 #[derive(Clone, Copy)]
 pub(crate) struct Activation<'a> {
     pub(crate) q: &'a [BlockQ8_0],
+    // Read by the x86_64 SIMD paths only (aarch64 runs the scalar path).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) d: &'a [f32],
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) sum: &'a [i32],
     /// Whether a value is -128 (never from `quantize_q8_0`): the sign
     /// trick is not exact then, and the scalar paths run.

@@ -19,6 +19,7 @@
 //! assert_eq!(plan.workers + 1, width.threads);
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 mod affinity;
 mod cgroup;
 mod cpulist;
@@ -43,8 +44,10 @@ pub use cpulist::{format_cpu_list, parse_cpu_list};
 pub use error::TopoError;
 pub use hetero::{ClassSource, CoreClass};
 #[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg_attr(docsrs, doc(cfg(any(target_os = "linux", target_os = "android"))))]
 pub use huge_pages::HugePageCopy;
 #[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg_attr(docsrs, doc(cfg(any(target_os = "linux", target_os = "android"))))]
 pub use mapped_file::MappedFile;
 pub use numa::{
     bind_to_node, decide_node_for, decide_numa_node, node_of_pages, numa_maps_counts, numa_nodes,

@@ -174,6 +174,7 @@ impl Llama2 {
     /// The mapping the weights are read from, for NUMA placement
     /// (`MappedFile::place_span`); `None` when they were copied.
     #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[cfg_attr(docsrs, doc(cfg(any(target_os = "linux", target_os = "android"))))]
     pub fn mapped_file(&self) -> Option<&pool_topo::MappedFile> {
         match &self.storage {
             Storage::Mapped(file) => Some(file),
