@@ -10,11 +10,10 @@
 
 use pool_core::Pool;
 
-use crate::disjoint::DisjointRows;
 use crate::fast::matvec_f32_fast;
 use crate::q4_0::{quantize_q4_0, BlockQ4_0};
 use crate::q8_0::{quantize_q8_0, ActivationExtras, BlockQ8_0, QK8_0};
-use crate::rows::{RowFn, RowParallel};
+use crate::rows::{RowsInto, RowsIntoFn};
 
 /// The model shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,25 +190,16 @@ impl DecodeExecutor for Serial {
 
 impl DecodeExecutor for Pool {
     fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]) {
-        let targets: Vec<DisjointRows<'_, f32>> =
-            outs.iter_mut().map(|out| DisjointRows::new(out)).collect();
         let callbacks: Vec<_> = mats
             .iter()
-            .zip(&targets)
-            .map(|(m, target)| {
-                move |start: usize, end: usize| {
-                    // SAFETY: run_many hands out each row of each part once.
-                    let out = unsafe { target.rows(start, end) };
-                    m.rows_into(x, start, out);
-                }
-            })
+            .map(|m| move |start: usize, out: &mut [f32]| m.rows_into(x, start, out))
             .collect();
-        let parts: Vec<(usize, &RowFn<'_>)> = mats
-            .iter()
+        let mut parts: Vec<(&mut [f32], &RowsIntoFn<'_, f32>)> = outs
+            .iter_mut()
             .zip(&callbacks)
-            .map(|(m, f)| (m.rows(), f as &RowFn<'_>))
+            .map(|(out, f)| (&mut **out, f as &RowsIntoFn<'_, f32>))
             .collect();
-        self.run_many(&parts);
+        self.run_many_into(&mut parts);
     }
 }
 

@@ -49,6 +49,8 @@ pub use q8_0::{
     dequantize_q8_0, dot_q8_0, dot_q8_0_on, dot_q8_0_scalar, matvec_q8_0, matvec_q8_0_prepared,
     quantize_q8_0, BlockQ8_0, QK8_0,
 };
-pub use rows::{grain_for, RowFn, RowParallel, GRAINS_PER_PARTICIPANT, MIN_GRAIN};
+pub use rows::{
+    grain_for, RowFn, RowParallel, RowsInto, RowsIntoFn, GRAINS_PER_PARTICIPANT, MIN_GRAIN,
+};
 pub use shape::{should_parallelize, PARALLEL_THRESHOLD};
 pub use tier::{quantized_kernel_name, simd_tier, SimdTier, SIMD_TIER_ENV};

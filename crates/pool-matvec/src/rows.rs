@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 use pool_core::Pool;
 
+use crate::disjoint::DisjointRows;
+
 /// The callback of a row job: `f(start, end)` over rows `start..end`
 /// (`dyn Fn(usize, usize) + Sync`).
 pub type RowFn<'a> = dyn Fn(usize, usize) + Sync + 'a;
@@ -57,6 +59,95 @@ pub trait RowParallel {
     fn run_many(&self, parts: &[(usize, &RowFn<'_>)]) {
         let total: usize = parts.iter().map(|(rows, _)| rows).sum();
         self.run_rows(total, &|start, end| for_parts_in(parts, start, end));
+    }
+}
+
+/// The callback of a row job with outputs: `f(start, rows)` with `rows`
+/// the `&mut` slice of the output from `start` on
+/// (`dyn Fn(usize, &mut [T]) + Sync`).
+pub type RowsIntoFn<'a, T> = dyn Fn(usize, &mut [T]) + Sync + 'a;
+
+/// Row jobs that write their outputs: each range gets its own `&mut`
+/// slice, so no `unsafe`, no lock and no copy at the call site. For every
+/// [`RowParallel`] executor (`dyn` ones too).
+///
+/// ```
+/// use pool_matvec::{RowParallel, RowsInto};
+/// let pool = pool_core::Pool::new(1);
+/// let (dim, x) = (64, vec![1.0f32; 64]);
+/// let (wq, wk) = (vec![0.5f32; dim * dim], vec![0.25f32; dim * dim]);
+/// let (mut q, mut k) = (vec![0.0; dim], vec![0.0; dim]);
+/// // Q and K share their input: one dispatch, one barrier for both.
+/// let q_rows = |start: usize, out: &mut [f32]| {
+///     let rows = &wq[start * dim..(start + out.len()) * dim];
+///     pool_matvec::matvec_f32_fast(None, rows, &x, out);
+/// };
+/// let k_rows = |start: usize, out: &mut [f32]| {
+///     let rows = &wk[start * dim..(start + out.len()) * dim];
+///     pool_matvec::matvec_f32_fast(None, rows, &x, out);
+/// };
+/// pool.run_many_into(&mut [(&mut q[..], &q_rows), (&mut k[..], &k_rows)]);
+/// assert!(q.iter().all(|&v| v == 32.0) && k.iter().all(|&v| v == 16.0));
+/// ```
+pub trait RowsInto: RowParallel {
+    /// [`RowParallel::run_rows`] over `out.len()` rows: `f(start, rows)`
+    /// with `rows` the `&mut` slice `out[start..start + rows.len()]`.
+    fn run_rows_into<T: Send>(&self, out: &mut [T], f: &RowsIntoFn<'_, T>) {
+        let target = DisjointRows::new(out);
+        self.run_rows(target.len(), &|start, end| {
+            // SAFETY: run_rows hands out each range once per job
+            // (DisjointRows invariant).
+            f(start, unsafe { target.rows(start, end) })
+        });
+    }
+
+    /// [`RowParallel::run_many`] with outputs: each part is an output
+    /// slice and its callback, which sees its own row indices and the
+    /// `&mut` rows it computes.
+    fn run_many_into<T: Send>(&self, parts: &mut [(&mut [T], &RowsIntoFn<'_, T>)]) {
+        let targets: Vec<(DisjointRows<'_, T>, &RowsIntoFn<'_, T>)> = parts
+            .iter_mut()
+            .map(|(out, f)| (DisjointRows::new(out), *f))
+            .collect();
+        let callbacks: Vec<_> = targets
+            .iter()
+            .map(|(target, f)| {
+                move |start: usize, end: usize| {
+                    // SAFETY: run_many hands out each row of each part
+                    // once per job (DisjointRows invariant).
+                    f(start, unsafe { target.rows(start, end) })
+                }
+            })
+            .collect();
+        let parts: Vec<(usize, &RowFn<'_>)> = targets
+            .iter()
+            .zip(&callbacks)
+            .map(|((target, _), f)| (target.len(), f as &RowFn<'_>))
+            .collect();
+        self.run_many(&parts);
+    }
+}
+
+impl<E: RowParallel + ?Sized> RowsInto for E {}
+
+/// `None` runs serially: an `Option<Pool>` from `Pool::from_env` needs no
+/// branch at the call site.
+impl RowParallel for Option<Pool> {
+    fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
+        match self {
+            Some(pool) => pool.run_rows(rows, f),
+            None => crate::decode::Serial.run_rows(rows, f),
+        }
+    }
+}
+
+/// As for `Option<Pool>`.
+impl RowParallel for Option<&Pool> {
+    fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
+        match self {
+            Some(pool) => pool.run_rows(rows, f),
+            None => crate::decode::Serial.run_rows(rows, f),
+        }
     }
 }
 

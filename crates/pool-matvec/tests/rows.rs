@@ -180,3 +180,57 @@ fn a_pool_larger_than_the_work_still_covers_it_once() {
         }
     });
 }
+
+#[test]
+fn run_rows_into_and_run_many_into_hand_each_range_its_own_rows() {
+    watched("rows_into", |stage| {
+        let sizes: &[usize] = if cfg!(miri) {
+            &[0, 1, 70]
+        } else {
+            &[0, 1, 7, 100, 1000, 4099]
+        };
+        let pools: Vec<Option<Pool>> = vec![
+            None,
+            Some(Pool::with_spin(1, 500)),
+            Some(Pool::with_spin(3, 500)),
+        ];
+        for exec in &pools {
+            for &rows in sizes {
+                stage.set(format!(
+                    "{rows} rows on {:?} workers",
+                    exec.as_ref().map(Pool::n_workers)
+                ));
+                // Each element gets its own index, written once.
+                let mut out = vec![usize::MAX; rows];
+                exec.run_rows_into(&mut out, &|start, chunk| {
+                    for (i, v) in chunk.iter_mut().enumerate() {
+                        assert_eq!(*v, usize::MAX, "row {} written twice", start + i);
+                        *v = start + i;
+                    }
+                });
+                assert!(out.iter().enumerate().all(|(i, &v)| v == i), "{rows} rows");
+                // Three parts of different lengths, each in its own indices.
+                let (mut a, mut b, mut c) =
+                    (vec![0u32; rows], vec![0u32; rows / 2 + 1], vec![0u32; 3]);
+                let tag = |base: u32| {
+                    move |start: usize, chunk: &mut [u32]| {
+                        for (i, v) in chunk.iter_mut().enumerate() {
+                            *v += base + (start + i) as u32;
+                        }
+                    }
+                };
+                let (ta, tb, tc) = (tag(1), tag(1_000_000), tag(2_000_000));
+                exec.run_many_into(&mut [(&mut a[..], &ta), (&mut b[..], &tb), (&mut c[..], &tc)]);
+                assert!(a.iter().enumerate().all(|(i, &v)| v == 1 + i as u32));
+                assert!(b
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == 1_000_000 + i as u32));
+                assert!(c
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == 2_000_000 + i as u32));
+            }
+        }
+    });
+}

@@ -44,7 +44,7 @@ use checkpoint::Layout;
 
 use crate::disjoint::DisjointRows;
 use crate::fast::{dot_fast, matvec_f32_fast};
-use crate::rows::{RowFn, RowParallel};
+use crate::rows::{RowParallel, RowsInto, RowsIntoFn};
 
 /// Where [`Llama2::open_with`] puts the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -397,29 +397,23 @@ pub fn argmax_on(exec: &dyn RowParallel, logits: &[f32]) -> u32 {
 /// `out[i] = w_i x` for matrices sharing the input `x`, as one row job.
 fn matvec_many(exec: &dyn RowParallel, x: &[f32], parts: &mut [(&[f32], &mut [f32])]) {
     let cols = x.len();
-    let jobs: Vec<(&[f32], usize, DisjointRows<'_, f32>)> = parts
-        .iter_mut()
+    let callbacks: Vec<_> = parts
+        .iter()
         .map(|(w, out)| {
             assert_eq!(w.len(), out.len() * cols, "matrix of {} rows", out.len());
-            (*w, out.len(), DisjointRows::new(out))
-        })
-        .collect();
-    let callbacks: Vec<_> = jobs
-        .iter()
-        .map(|(w, _, out)| {
-            move |start: usize, end: usize| {
-                // SAFETY: run_many hands out each row of each part once.
-                let out = unsafe { out.rows(start, end) };
-                matvec_f32_fast(None, &w[start * cols..end * cols], x, out);
+            let w = *w;
+            move |start: usize, out: &mut [f32]| {
+                let rows = &w[start * cols..(start + out.len()) * cols];
+                matvec_f32_fast(None, rows, x, out);
             }
         })
         .collect();
-    let parts: Vec<(usize, &RowFn<'_>)> = jobs
-        .iter()
+    let mut outputs: Vec<(&mut [f32], &RowsIntoFn<'_, f32>)> = parts
+        .iter_mut()
         .zip(&callbacks)
-        .map(|((_, rows, _), f)| (*rows, f as &RowFn<'_>))
+        .map(|((_, out), f)| (&mut **out, f as &RowsIntoFn<'_, f32>))
         .collect();
-    exec.run_many(&parts);
+    exec.run_many_into(&mut outputs);
 }
 
 /// `out = silu(w1 x) * (w3 x)`, gate and up of a row range computed
