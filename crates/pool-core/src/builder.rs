@@ -31,6 +31,7 @@ pub struct PoolBuilder {
     workers: usize,
     spin: Option<SpinPolicy>,
     worker_cpus: Option<Vec<usize>>,
+    caller_cpu: Option<usize>,
     thread_name_prefix: String,
     on_start: Option<StartHook>,
     assume_cpus: Option<usize>,
@@ -62,6 +63,13 @@ impl Default for PoolBuilder {
 }
 
 impl PoolBuilder {
+    /// The CPU the plan keeps for the thread that will call `run` (see
+    /// [`Pool::pin_caller`]); [`PoolBuilder::from_plan`] sets it.
+    pub fn caller_cpu(mut self, cpu: usize) -> Self {
+        self.caller_cpu = Some(cpu);
+        self
+    }
+
     /// Zero workers (a caller-only pool), spin budget from the environment,
     /// no pinning, threads named `pool-worker-{i}`.
     pub fn new() -> PoolBuilder {
@@ -69,6 +77,7 @@ impl PoolBuilder {
             workers: 0,
             spin: None,
             worker_cpus: None,
+            caller_cpu: None,
             thread_name_prefix: "pool-worker".to_owned(),
             on_start: None,
             assume_cpus: None,
@@ -232,6 +241,7 @@ impl PoolBuilder {
             threads: Box::new([]),
             handles: Vec::with_capacity(self.workers),
             tids: Vec::new(),
+            caller_cpu: self.caller_cpu,
         };
         let widen = process::Arc::new(if self.worker_cpus.is_none() {
             cpus_to_widen_to()

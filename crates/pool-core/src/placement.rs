@@ -40,6 +40,34 @@ impl Pool {
     pub fn from_plan(plan: &CpuPoolPlan) -> io::Result<Pool> {
         PoolBuilder::from_plan(plan).build()
     }
+
+    /// The CPU the plan kept for the thread that calls `run` (`None`: the
+    /// pool was not built from a plan, or the plan kept none).
+    pub fn caller_cpu(&self) -> Option<usize> {
+        self.caller_cpu
+    }
+
+    /// Pins the calling thread to [`Pool::caller_cpu`], so the decode
+    /// thread does not share a CPU with a pinned worker. An error if there
+    /// is no such CPU or the OS refuses the pin (say, outside the
+    /// process's CPU set); nothing changes then.
+    ///
+    /// ```no_run
+    /// let pool = pool_core::PoolBuilder::from_env().build()?;
+    /// pool.pin_caller()?; // on the engine's decode thread
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn pin_caller(&self) -> io::Result<()> {
+        let cpu = self.caller_cpu.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                "this pool has no caller CPU: build it with from_env/from_plan (or PoolBuilder::caller_cpu)",
+            )
+        })?;
+        pool_topo::pin_current_thread(&[cpu]).map_err(|err| {
+            io::Error::new(err.kind(), format!("pin the caller to CPU {cpu}: {err}"))
+        })
+    }
 }
 
 impl PoolBuilder {
@@ -57,8 +85,12 @@ impl PoolBuilder {
     /// A builder laid out by `plan`: `plan.workers` workers, worker `i`
     /// pinned to `plan.worker_cpus[i]`.
     pub fn from_plan(plan: &CpuPoolPlan) -> PoolBuilder {
-        PoolBuilder::new()
+        let builder = PoolBuilder::new()
             .workers(plan.workers)
-            .pin_workers(plan.worker_cpus.clone())
+            .pin_workers(plan.worker_cpus.clone());
+        match plan.caller_cpu {
+            Some(cpu) => builder.caller_cpu(cpu),
+            None => builder,
+        }
     }
 }

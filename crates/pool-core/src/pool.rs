@@ -49,6 +49,8 @@ pub struct Pool {
     pub(crate) threads: Box<[Thread]>,
     pub(crate) handles: Vec<JoinHandle<()>>,
     pub(crate) tids: Vec<i32>,
+    /// The CPU the plan kept for the caller, if the pool came from one.
+    pub(crate) caller_cpu: Option<usize>,
 }
 
 impl Pool {

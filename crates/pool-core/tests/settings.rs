@@ -223,3 +223,38 @@ fn callers_that_fill_the_cpus_run_their_adaptive_jobs_inline() {
         }
     });
 }
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_pool_from_a_plan_pins_its_caller_to_the_cpu_the_plan_kept() {
+    watched("pin_caller", |_| {
+        let plan = pool_topo::plan_cpu_pool(2, false);
+        let Some(cpu) = plan.caller_cpu else {
+            eprintln!("the plan kept no caller CPU on this machine: skipping");
+            return;
+        };
+        let pool = pool_core::PoolBuilder::from_plan(&plan).build().unwrap();
+        assert_eq!(pool.caller_cpu(), Some(cpu));
+        // The watched body runs on its own thread: pinning it is harmless.
+        pool.pin_caller().unwrap();
+        assert_eq!(pool_topo::thread_affinity_cpus(), vec![cpu]);
+        for worker_cpu in &plan.worker_cpus {
+            assert_ne!(*worker_cpu, cpu, "no worker shares the caller's CPU");
+        }
+        let err = Pool::new(0).pin_caller().unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+        let far = pool_core::PoolBuilder::new()
+            .caller_cpu(100_000)
+            .build()
+            .unwrap();
+        assert!(
+            far.pin_caller().is_err(),
+            "a CPU outside the machine is refused"
+        );
+        assert_eq!(
+            pool_topo::thread_affinity_cpus(),
+            vec![cpu],
+            "a refusal changes nothing"
+        );
+    });
+}
