@@ -45,9 +45,14 @@ enum Command {
         /// instead of this host (its `cpu/` and `node/` are read).
         #[arg(long, value_name = "DIR")]
         sysfs: Option<PathBuf>,
-        /// Reserve a core for a coordinator thread in the plan.
+        /// Reserve a core for a coordinator thread in the plan (the
+        /// workers shrink by one to make room).
         #[arg(long)]
         coordinator: bool,
+        /// With --sysfs: apply this host's FERROX_CPU_THREADS /
+        /// RAYON_NUM_THREADS to the captured machine's plan too.
+        #[arg(long, requires = "sysfs")]
+        env: bool,
         /// One JSON object instead of text (schema: docs/cli.md).
         #[arg(long)]
         json: bool,
@@ -144,6 +149,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // No colour codes when stderr is a pipe or a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
@@ -151,8 +158,9 @@ fn main() -> ExitCode {
         Some(Command::Topo {
             sysfs,
             coordinator,
+            env,
             json,
-        }) => topo::run(sysfs.as_deref(), coordinator, json),
+        }) => topo::run(sysfs.as_deref(), coordinator, env, json),
         Some(Command::Bench {
             quick,
             scenarios: true,
@@ -210,7 +218,7 @@ fn main() -> ExitCode {
 
 /// The main job: topology, plan, quick benchmark.
 fn overview() -> Result<(), String> {
-    topo::run(None, false, false)?;
+    topo::run(None, false, false, false)?;
     println!();
     bench::run(true, false)
 }

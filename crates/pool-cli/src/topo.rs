@@ -27,6 +27,14 @@ pub(crate) struct TopoReport {
     pub(crate) numa_nodes: Vec<NodeReport>,
     pub(crate) width: WidthReport,
     pub(crate) plan: PlanReport,
+    /// The spin policy a pool built now would use (`CMF_POOL_SPIN`).
+    pub(crate) spin_policy: String,
+    /// Whether the host's width variables were applied (always on the
+    /// host; with `--sysfs` only when `--env` asks).
+    pub(crate) env_applied: bool,
+    /// Things to look at: an oversubscribed plan, a plan over two NUMA
+    /// nodes, a degraded topology.
+    pub(crate) warnings: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -54,6 +62,8 @@ pub(crate) struct NodeReport {
 pub(crate) struct WidthReport {
     pub(crate) threads: usize,
     pub(crate) source: &'static str,
+    /// The rule behind `threads`, in words.
+    pub(crate) explanation: String,
 }
 
 #[derive(Serialize)]
@@ -65,7 +75,11 @@ pub(crate) struct PlanReport {
 }
 
 /// Builds the report for this host, or for a captured `/sys/devices/system`.
-pub(crate) fn report(sysfs: Option<&Path>, coordinator: bool) -> Result<TopoReport, String> {
+pub(crate) fn report(
+    sysfs: Option<&Path>,
+    coordinator: bool,
+    apply_env: bool,
+) -> Result<TopoReport, String> {
     let (source, cpu_root, node_root, topology, affinity, cgroup_quota) = match sysfs {
         None => {
             let affinity = process_affinity_cpus();
@@ -83,25 +97,57 @@ pub(crate) fn report(sysfs: Option<&Path>, coordinator: bool) -> Result<TopoRepo
             let cpus = captured_cpus(&cpu_root)?;
             let topology = CpuTopology::from_sysfs(&cpu_root, &cpus)
                 .map_err(|err| format!("--sysfs {}: {err}", dir.display()))?;
+            let quota = captured_quota(dir)?;
             (
                 format!("sysfs:{}", dir.display()),
                 cpu_root,
                 dir.join("node"),
                 topology,
                 cpus,
-                None,
+                quota,
             )
         }
     };
     let quota = cgroup_quota.as_ref().map(|q| q.whole_cpus());
     let logical_cpus = logical_cpus(&cpu_root).unwrap_or_else(|| affinity.clone());
+    // A captured tree is another machine: this host's variables do not
+    // belong to its plan unless asked.
+    let env_applied = sysfs.is_none() || apply_env;
     let width = resolve_cpu_threads_with(
         None,
-        |name| std::env::var(name).ok(),
+        |name| env_applied.then(|| std::env::var(name).ok()).flatten(),
         || default_cpu_threads(&topology, quota),
     );
+    let explanation = explain_width(&width, &topology, &affinity, quota);
     let plan = plan_cpu_pool_in(&topology, width.threads, coordinator);
     let numa = numa_nodes(&node_root).unwrap_or_default();
+    let mut warnings = Vec::new();
+    let usable = quota.map_or(affinity.len(), |q| q.min(affinity.len()));
+    let threads_on_cpus = plan.workers + 1 + usize::from(plan.coordinator_cpu.is_some());
+    if threads_on_cpus > usable {
+        warnings.push(format!(
+            "oversubscribed: {threads_on_cpus} threads for {usable} usable CPUs; spinning waiters will share CPUs (the adaptive policy parks them)"
+        ));
+    }
+    let plan_cpus: Vec<usize> = plan
+        .worker_cpus
+        .iter()
+        .chain(&plan.caller_cpu)
+        .copied()
+        .collect();
+    let nodes_used = numa
+        .iter()
+        .filter(|n| n.cpus.iter().any(|c| plan_cpus.contains(c)))
+        .count();
+    if nodes_used > 1 {
+        warnings.push(format!(
+            "the plan spans {nodes_used} NUMA nodes: bind it to the weights' node (Pool::bind_to_weights) or split it (bind_two_nodes); docs/embedding.md"
+        ));
+    }
+    if let Some(reason) = topology.degraded_reason() {
+        warnings.push(format!("degraded topology: {reason}"));
+    }
+    let spin_policy = describe_spin_policy();
     Ok(TopoReport {
         source,
         logical_cpus,
@@ -140,6 +186,7 @@ pub(crate) fn report(sysfs: Option<&Path>, coordinator: bool) -> Result<TopoRepo
         width: WidthReport {
             threads: width.threads,
             source: width.source.as_str(),
+            explanation,
         },
         plan: PlanReport {
             workers: plan.workers,
@@ -147,7 +194,76 @@ pub(crate) fn report(sysfs: Option<&Path>, coordinator: bool) -> Result<TopoRepo
             caller_cpu: plan.caller_cpu,
             coordinator_cpu: plan.coordinator_cpu,
         },
+        spin_policy,
+        env_applied,
+        warnings,
     })
+}
+
+/// A captured tree's cgroup: `DIR/../../fs/cgroup` with the process's
+/// membership in `DIR/../../proc_self_cgroup` (a copy of `/sys` and of
+/// `/proc/self/cgroup` side by side); none when the capture has no cgroup.
+fn captured_quota(dir: &Path) -> Result<Option<pool_topo::CpuQuota>, String> {
+    let capture = dir.join("../..");
+    let (root, membership) = (capture.join("fs/cgroup"), capture.join("proc_self_cgroup"));
+    if !root.is_dir() || !membership.is_file() {
+        return Ok(None);
+    }
+    let membership = std::fs::read_to_string(&membership)
+        .map_err(|err| format!("--sysfs: {}: {err}", membership.display()))?;
+    pool_topo::cpu_quota_in(&root, &membership)
+        .map_err(|err| format!("--sysfs: the captured cgroup: {err}"))
+}
+
+/// The width rule, in words.
+fn explain_width(
+    width: &pool_topo::ResolvedWidth,
+    topology: &CpuTopology,
+    affinity: &[usize],
+    quota: Option<usize>,
+) -> String {
+    match width.source {
+        pool_topo::WidthSource::Topology => {
+            let logical = topology.allowed_cpus().len();
+            let mut why = format!(
+                "{} performance cores of {} physical in the CPU set {} ({} logical CPUs; SMT siblings not counted)",
+                topology.perf_cores(),
+                topology.physical_cores(),
+                format_cpu_list(affinity),
+                logical
+            );
+            if let Some(q) = quota.filter(|&q| q < topology.perf_cores()) {
+                why += &format!(", bounded by the cgroup quota of {q} CPUs");
+            }
+            if topology.perf_cores() > pool_topo::MAX_DEFAULT_THREADS {
+                why += &format!(", capped at {}", pool_topo::MAX_DEFAULT_THREADS);
+            }
+            why
+        }
+        source => format!("{} set it (it wins over the topology)", source.as_str()),
+    }
+}
+
+/// The spin policy a pool built now would use, and why.
+fn describe_spin_policy() -> String {
+    let value = std::env::var(pool_core::SPIN_ENV).ok();
+    match pool_core::parse_spin_policy(value.as_deref()) {
+        Ok(pool_core::SpinPolicy::Adaptive { linger }) => format!(
+            "adaptive: spins while jobs keep coming, parks within {} ms of idleness ({} unset)",
+            linger.as_millis(),
+            pool_core::SPIN_ENV
+        ),
+        Ok(pool_core::SpinPolicy::Fixed(spins)) => format!(
+            "fixed: {spins} spins, then park ({}={})",
+            pool_core::SPIN_ENV,
+            value.unwrap_or_default()
+        ),
+        Err(err) => format!("adaptive ({err}: ignored)"),
+    }
+}
+
+fn cpu_or_none(cpu: Option<usize>) -> String {
+    cpu.map_or_else(|| "none".to_owned(), |c| c.to_string())
 }
 
 /// The CPUs of a captured tree: its `online` list, else its `cpuN` dirs.
@@ -184,8 +300,13 @@ fn logical_cpus(cpu_root: &Path) -> Option<Vec<usize>> {
         .filter(|cpus| !cpus.is_empty())
 }
 
-pub(crate) fn run(sysfs: Option<&Path>, coordinator: bool, json: bool) -> Result<(), String> {
-    let r = report(sysfs, coordinator)?;
+pub(crate) fn run(
+    sysfs: Option<&Path>,
+    coordinator: bool,
+    apply_env: bool,
+    json: bool,
+) -> Result<(), String> {
+    let r = report(sysfs, coordinator, apply_env)?;
     if json {
         println!(
             "{}",
@@ -240,16 +361,31 @@ pub(crate) fn run(sysfs: Option<&Path>, coordinator: bool, json: bool) -> Result
     }
     println!("plan");
     println!(
-        "  width            {} participants (from {})",
-        r.width.threads, r.width.source
+        "  width            {} participants (from {}): {}",
+        r.width.threads, r.width.source, r.width.explanation
+    );
+    if !r.env_applied {
+        println!("  (this host's FERROX_CPU_THREADS / RAYON_NUM_THREADS not applied to a captured tree; --env applies them)");
+    }
+    println!(
+        "  workers          {} pinned to {}",
+        r.plan.workers,
+        if r.plan.worker_cpus.is_empty() {
+            "nothing".to_owned()
+        } else {
+            format_cpu_list(&r.plan.worker_cpus)
+        }
     );
     println!(
-        "  workers          {} pinned to {:?}",
-        r.plan.workers, r.plan.worker_cpus
+        "  caller CPU       {} (Pool::pin_caller pins the decode thread there)",
+        cpu_or_none(r.plan.caller_cpu)
     );
-    println!("  caller CPU       {:?}", r.plan.caller_cpu);
     if let Some(cpu) = r.plan.coordinator_cpu {
-        println!("  coordinator CPU  {cpu}");
+        println!("  coordinator CPU  {cpu} (kept free of workers)");
+    }
+    println!("  spin policy      {}", r.spin_policy);
+    for warning in &r.warnings {
+        println!("warning: {warning}");
     }
     Ok(())
 }

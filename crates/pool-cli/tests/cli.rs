@@ -432,3 +432,90 @@ fn decode_of_a_bad_file_says_what_is_wrong() {
     assert!(!mismatch.status.success());
     assert!(String::from_utf8_lossy(&mismatch.stderr).contains("tokenizer"));
 }
+
+#[test]
+fn topo_plans_a_captured_machine_with_its_cgroup_and_without_this_hosts_variables() {
+    let quota = fixture("cgroup-quota-3");
+    let r = json(&["topo", "--sysfs", &quota, "--json"]);
+    assert_eq!(
+        r["cgroup_quota_cpus"], 3,
+        "the captured cgroup is read: {r}"
+    );
+    assert_eq!(r["width"]["threads"], 3);
+    assert!(r["width"]["explanation"]
+        .as_str()
+        .unwrap()
+        .contains("quota of 3"));
+    // This host's variable stays out of a captured tree's plan unless asked.
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = |extra: &[&str]| -> Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_pool"))
+            .args(["topo", "--sysfs", &fixture("smt-16c32t"), "--json"])
+            .args(extra)
+            .env("FERROX_CPU_THREADS", "5")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let captured = run(&[]);
+    assert_eq!(captured["width"]["threads"], 16);
+    assert_eq!(captured["env_applied"], false);
+    let asked = run(&["--env"]);
+    assert_eq!(asked["width"]["threads"], 5);
+    assert_eq!(asked["width"]["source"], "FERROX_CPU_THREADS");
+}
+
+#[test]
+fn a_coordinator_takes_a_place_instead_of_sharing_the_callers_cpu() {
+    let r = json(&[
+        "topo",
+        "--sysfs",
+        &fixture("vm-2cpu"),
+        "--coordinator",
+        "--json",
+    ]);
+    assert_eq!(r["plan"]["workers"], 0, "{r}");
+    assert_eq!(r["plan"]["caller_cpu"], 0);
+    assert_eq!(r["plan"]["coordinator_cpu"], 1);
+    assert!(r["warnings"].as_array().unwrap().is_empty(), "{r}");
+    let r = json(&[
+        "topo",
+        "--sysfs",
+        &fixture("arm-big-little"),
+        "--coordinator",
+        "--json",
+    ]);
+    let big: Vec<u64> = r["cores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["class"] == "performance")
+        .flat_map(|c| numbers(&c["cpus"]))
+        .collect();
+    for cpu in numbers(&r["plan"]["worker_cpus"]) {
+        assert!(big.contains(&cpu), "worker on little core {cpu}: {r}");
+    }
+}
+
+#[test]
+fn topo_text_states_the_rule_the_policy_and_warnings_in_plain_lists() {
+    let out = pool(&["topo", "--sysfs", &fixture("numa-2socket")]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("performance cores of"), "{text}");
+    assert!(text.contains("spin policy"), "{text}");
+    assert!(
+        text.contains("warning: the plan spans 2 NUMA nodes"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("Some(") && !text.contains('['),
+        "no debug output: {text}"
+    );
+    assert!(!text.contains('\u{1b}'), "no colour codes when piped");
+}

@@ -44,16 +44,19 @@ pub fn placement_order(topology: &CpuTopology) -> Vec<usize> {
 
 /// Plans `threads` participants (the caller included; 0 counts as 1) on
 /// `topology`. The caller takes the first CPU of [`placement_order`], the
-/// coordinator (if `reserve_coordinator`) the next, workers the rest. With
-/// more threads than CPUs the assignment wraps around (the pool will be
-/// oversubscribed).
+/// coordinator (if `reserve_coordinator`) the next, workers the rest. A
+/// coordinator takes one of the `threads` places: the workers shrink by
+/// one to make room for it (the width was sized to the cores, so a
+/// coordinator on top would put a worker on an efficiency core or on the
+/// caller's CPU). With more threads than CPUs the assignment wraps around
+/// (the pool will be oversubscribed).
 pub fn plan_cpu_pool_in(
     topology: &CpuTopology,
     threads: usize,
     reserve_coordinator: bool,
 ) -> CpuPoolPlan {
     let order = placement_order(topology);
-    let workers = threads.max(1) - 1;
+    let workers = (threads.max(1) - 1).saturating_sub(usize::from(reserve_coordinator));
     let mut next = order.iter().copied().cycle();
     let caller_cpu = next.next();
     let coordinator_cpu = if reserve_coordinator {

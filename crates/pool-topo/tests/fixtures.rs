@@ -53,13 +53,14 @@ fn smt_siblings_n_and_n_plus_16_count_as_one_core() {
     // 20 participants: cores run out, siblings follow in core order.
     let plan = plan_cpu_pool_in(&t, 20, false);
     assert_eq!(plan.worker_cpus[15..], [16, 17, 18, 19]);
-    // A coordinator core comes right after the caller's.
+    // A coordinator core comes right after the caller's, and takes one of
+    // the 8 places: 6 workers.
     let plan = plan_cpu_pool_in(&t, 8, true);
     assert_eq!((plan.caller_cpu, plan.coordinator_cpu), (Some(0), Some(1)));
-    assert_eq!(plan.worker_cpus, (2..9).collect::<Vec<_>>());
+    assert_eq!(plan.worker_cpus, (2..8).collect::<Vec<_>>());
     assert_eq!(
         clamp_intra_op_threads(&plan, t.physical_cores(), 8),
-        16 - 7 - 1 - 1
+        16 - 6 - 1 - 1
     );
     assert_eq!(clamp_intra_op_threads(&plan, t.physical_cores(), 4), 4);
 }
@@ -274,4 +275,40 @@ fn a_pool_bound_to_one_node_takes_its_physical_cores_first_and_refuses_a_node_to
         err.contains("node 1 has 32 usable CPUs; the pool has 33 threads"),
         "{err}"
     );
+}
+
+#[test]
+fn a_coordinator_makes_room_instead_of_sharing_a_cpu_or_taking_an_efficiency_core() {
+    // 2 CPUs, width 2: the caller and the coordinator; no worker on either.
+    let t = topology("vm-2cpu", 0..2);
+    let plan = plan_cpu_pool_in(&t, default_cpu_threads(&t, None), true);
+    assert_eq!((plan.caller_cpu, plan.coordinator_cpu), (Some(0), Some(1)));
+    assert_eq!(plan.workers, 0);
+    assert!(plan.worker_cpus.is_empty());
+    // big.LITTLE: 4 big cores; caller and coordinator take two, the two
+    // workers the other two, and no little core is used.
+    let t = topology("arm-big-little", 0..8);
+    let width = default_cpu_threads(&t, None);
+    let plan = plan_cpu_pool_in(&t, width, true);
+    let big: Vec<usize> = t
+        .cores()
+        .iter()
+        .filter(|c| c.class() == CoreClass::Performance)
+        .flat_map(|c| c.cpus().to_vec())
+        .collect();
+    assert_eq!(plan.workers, width - 2);
+    for cpu in plan
+        .worker_cpus
+        .iter()
+        .chain(&plan.caller_cpu)
+        .chain(&plan.coordinator_cpu)
+    {
+        assert!(big.contains(cpu), "{cpu} is a little core: {plan:?}");
+    }
+    let mut all: Vec<usize> = plan.worker_cpus.clone();
+    all.extend(plan.caller_cpu);
+    all.extend(plan.coordinator_cpu);
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), width, "no two threads on one CPU: {plan:?}");
 }
