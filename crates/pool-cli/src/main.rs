@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use pool_matvec::decode::{DecodeConfig, WeightFormat};
 
 /// See this machine's topology, measure the pool against rayon and serial,
 /// and find the width and spin budget that pay here.
@@ -130,6 +131,13 @@ enum Command {
         /// A small model, for a sweep in seconds.
         #[arg(long)]
         quick: bool,
+        /// Your model's shape: DIM,HIDDEN,LAYERS,VOCAB (default
+        /// 768,2048,12,32000, or a small one with --quick).
+        #[arg(long, value_name = "DIM,HIDDEN,LAYERS,VOCAB", value_parser = parse_shape)]
+        model: Option<DecodeConfig>,
+        /// Your model's weight format.
+        #[arg(long, value_enum, default_value_t = FormatArg::F32)]
+        format: FormatArg,
         /// Draw tokens/s vs participants, one line per spin budget, to FILE.
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
@@ -196,9 +204,13 @@ fn main() -> ExitCode {
             max_threads,
             tokens,
             quick,
+            model,
+            format,
             svg,
             json,
         }) => tune::run(tune::Options {
+            shape: model,
+            format: format.into(),
             spins,
             max_threads: max_threads.map(|n| n as usize),
             tokens: tokens as usize,
@@ -213,6 +225,48 @@ fn main() -> ExitCode {
             eprintln!("pool: error: {err}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `pool tune --format`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum FormatArg {
+    /// f32 weights.
+    F32,
+    /// GGUF Q8_0.
+    #[value(name = "q8_0")]
+    Q8_0,
+    /// GGUF Q4_0.
+    #[value(name = "q4_0")]
+    Q4_0,
+}
+
+impl From<FormatArg> for WeightFormat {
+    fn from(f: FormatArg) -> WeightFormat {
+        match f {
+            FormatArg::F32 => WeightFormat::F32,
+            FormatArg::Q8_0 => WeightFormat::Q8_0,
+            FormatArg::Q4_0 => WeightFormat::Q4_0,
+        }
+    }
+}
+
+/// `DIM,HIDDEN,LAYERS,VOCAB`, each at least 1.
+fn parse_shape(text: &str) -> Result<DecodeConfig, String> {
+    let values: Vec<usize> = text
+        .split(',')
+        .map(|v| v.trim().parse::<usize>().map_err(|e| format!("{v:?}: {e}")))
+        .collect::<Result<_, _>>()?;
+    match values[..] {
+        [dim, hidden, layers, vocab] if values.iter().all(|&v| v > 0) => Ok(DecodeConfig {
+            dim,
+            hidden,
+            layers,
+            vocab,
+        }),
+        _ => Err(format!(
+            "{text:?}: four positive numbers DIM,HIDDEN,LAYERS,VOCAB"
+        )),
     }
 }
 

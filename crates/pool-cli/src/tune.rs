@@ -3,11 +3,14 @@
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use pool_core::Pool;
+use pool_core::{Pool, SpinPolicy};
 use pool_matvec::decode::{DecodeConfig, DecodeExecutor, DecodeModel, Serial, WeightFormat};
 use serde::Serialize;
 
 pub(crate) struct Options {
+    /// The model shape (`None`: the default or, with `quick`, a small one).
+    pub(crate) shape: Option<DecodeConfig>,
+    pub(crate) format: WeightFormat,
     pub(crate) spins: Vec<usize>,
     pub(crate) max_threads: Option<usize>,
     pub(crate) tokens: usize,
@@ -25,9 +28,25 @@ struct Point {
 }
 
 /// The JSON object of `pool tune --json` (docs/cli.md).
+/// A pool with the adaptive policy (the default), or the one `from_env`
+/// builds.
+#[derive(Serialize, Clone, Copy)]
+struct PolicyPoint {
+    participants: usize,
+    tokens_per_s: f64,
+}
+
 #[derive(Serialize)]
 struct TuneReport {
     model: [usize; 4],
+    /// `f32`, `q8_0` or `q4_0`.
+    format: &'static str,
+    /// The adaptive policy (what `Pool::new` and `from_env` use) at each
+    /// width, beside the fixed budgets of `points`.
+    adaptive_points: Vec<PolicyPoint>,
+    /// The pool `PoolBuilder::from_env()` builds here (pinned per the
+    /// plan, sized by performance cores), measured the same way.
+    from_env: PolicyPoint,
     /// The kernels' SIMD tier in this run.
     simd_tier: &'static str,
     tokens_per_point: usize,
@@ -45,7 +64,7 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
         return Err("--spins needs at least one budget".into());
     }
     let max = o.max_threads.unwrap_or_else(pool_topo::usable_cpus).max(1);
-    let config = if o.quick {
+    let config = o.shape.unwrap_or(if o.quick {
         DecodeConfig {
             dim: 256,
             hidden: 512,
@@ -54,9 +73,17 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
         }
     } else {
         DecodeConfig::default()
-    };
-    let model = DecodeModel::random(config, WeightFormat::F32, 42);
-    let total = max * o.spins.len();
+    });
+    if o.format != WeightFormat::F32 && (config.dim % 32 != 0 || config.hidden % 32 != 0) {
+        return Err(format!(
+            "--format {}: dim and hidden must be multiples of 32 (got {} and {})",
+            o.format.name(),
+            config.dim,
+            config.hidden
+        ));
+    }
+    let model = DecodeModel::random(config, o.format, 42);
+    let total = max * (o.spins.len() + 1) + 1;
     let bar = if o.json {
         ProgressBar::hidden()
     } else {
@@ -66,6 +93,7 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").map_err(|e| e.to_string())?,
     );
     let mut points = Vec::with_capacity(total);
+    let mut adaptive_points = Vec::with_capacity(max);
     for participants in 1..=max {
         for &spin in &o.spins {
             bar.set_message(format!("{participants} participants, spin {spin}"));
@@ -82,21 +110,66 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
             });
             bar.inc(1);
         }
+        bar.set_message(format!("{participants} participants, adaptive"));
+        let tokens_per_s = if participants == 1 {
+            median_tokens_per_s(&model, &Serial, o.tokens)
+        } else {
+            let pool = Pool::builder()
+                .workers(participants - 1)
+                .spin_policy(SpinPolicy::adaptive())
+                .build()
+                .map_err(|e| format!("cannot start the workers: {e}"))?;
+            median_tokens_per_s(&model, &pool, o.tokens)
+        };
+        adaptive_points.push(PolicyPoint {
+            participants,
+            tokens_per_s,
+        });
+        bar.inc(1);
     }
+    bar.set_message("the from_env pool");
+    let from_env = {
+        let builder = pool_core::PoolBuilder::from_env();
+        let participants = builder.worker_count() + 1;
+        let pool = builder
+            .build()
+            .or_else(|_| pool_core::PoolBuilder::from_env().unpinned().build())
+            .map_err(|e| format!("cannot start the from_env pool: {e}"))?;
+        PolicyPoint {
+            participants,
+            tokens_per_s: median_tokens_per_s(&model, &pool, o.tokens),
+        }
+    };
     bar.finish_and_clear();
     let best = *points
         .iter()
         .max_by(|a, b| a.tokens_per_s.total_cmp(&b.tokens_per_s))
         .expect("at least one point");
-    let recommendation = format!(
-        "FERROX_CPU_THREADS={} CMF_POOL_SPIN={}",
-        best.participants, best.spin
-    );
+    // The adaptive policy is the default: recommend a fixed budget only
+    // when it beats the adaptive policy at its best width by over 3 %.
+    let best_adaptive = *adaptive_points
+        .iter()
+        .max_by(|a, b| a.tokens_per_s.total_cmp(&b.tokens_per_s))
+        .expect("at least one width");
+    let recommendation = if best_adaptive.tokens_per_s * 1.03 >= best.tokens_per_s {
+        format!(
+            "FERROX_CPU_THREADS={} (CMF_POOL_SPIN unset: the adaptive policy, {:.1} tokens/s, is ahead of or within 3 % of the best fixed budget's {:.1})",
+            best_adaptive.participants, best_adaptive.tokens_per_s, best.tokens_per_s
+        )
+    } else {
+        format!(
+            "FERROX_CPU_THREADS={} CMF_POOL_SPIN={}",
+            best.participants, best.spin
+        )
+    };
     if let Some(path) = &o.svg {
         draw(path, &points, &o.spins, max).map_err(|e| format!("--svg {}: {e}", path.display()))?;
     }
     let report = TuneReport {
         model: [config.dim, config.hidden, config.layers, config.vocab],
+        format: o.format.name(),
+        adaptive_points,
+        from_env,
         simd_tier: pool_matvec::simd_tier().name(),
         tokens_per_point: o.tokens,
         points,
@@ -114,9 +187,13 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
     for spin in &o.spins {
         print!("{:>12}", format!("spin {spin}"));
     }
+    print!("{:>12}", "adaptive");
     println!(
-        "   (tokens/s, median of {}; {} kernels)",
-        o.tokens, report.simd_tier
+        "   (tokens/s, median of {}; {} {}, {} kernels)",
+        o.tokens,
+        format!("{}x{}x{}", config.dim, config.hidden, config.layers),
+        report.format,
+        report.simd_tier
     );
     for participants in 1..=max {
         print!("{participants:>12}");
@@ -127,8 +204,16 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
         {
             print!("{:>12.1}", p.tokens_per_s);
         }
+        print!(
+            "{:>12.1}",
+            report.adaptive_points[participants - 1].tokens_per_s
+        );
         println!();
     }
+    println!(
+        "the from_env pool ({} participants, pinned per the plan, adaptive): {:.1} tokens/s",
+        report.from_env.participants, report.from_env.tokens_per_s
+    );
     println!("recommended: {}", report.recommendation);
     Ok(())
 }

@@ -275,14 +275,50 @@ fn tune_sweeps_a_tiny_grid_and_recommends_a_setting() {
         svg.to_str().unwrap(),
     ]);
     assert_eq!(r["points"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        r["adaptive_points"].as_array().unwrap().len(),
+        2,
+        "the default policy beside them"
+    );
+    let from_env = r["from_env"]["tokens_per_s"].as_f64().unwrap();
+    assert!(from_env > 0.0 && from_env.is_finite());
+    assert_eq!(r["format"], "f32");
     let rec = r["recommendation"].as_str().unwrap();
     assert!(
-        rec.starts_with("FERROX_CPU_THREADS=") && rec.contains("CMF_POOL_SPIN="),
+        rec.starts_with("FERROX_CPU_THREADS=") && rec.contains("CMF_POOL_SPIN"),
         "{rec}"
     );
     let drawn = std::fs::read_to_string(&svg).unwrap();
     assert!(drawn.contains("<svg") && drawn.contains("spin 4000"));
     let _ = std::fs::remove_file(svg);
+}
+
+#[test]
+fn tune_takes_the_users_model_shape_and_format() {
+    let r = json(&[
+        "tune",
+        "--model",
+        "64,96,1,100",
+        "--format",
+        "q4_0",
+        "--spins",
+        "0",
+        "--max-threads",
+        "1",
+        "--tokens",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(numbers(&r["model"]), [64, 96, 1, 100]);
+    assert_eq!(r["format"], "q4_0");
+    for bad in [
+        &["tune", "--model", "64,0,1,100"][..],
+        &["tune", "--model", "65,96,1,100", "--format", "q8_0"],
+    ] {
+        let out = pool(bad);
+        assert!(!out.status.success(), "{bad:?}");
+        assert!(!out.stderr.is_empty());
+    }
 }
 
 #[test]
