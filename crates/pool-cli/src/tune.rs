@@ -74,7 +74,9 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
     } else {
         DecodeConfig::default()
     });
-    if o.format != WeightFormat::F32 && (config.dim % 32 != 0 || config.hidden % 32 != 0) {
+    if o.format != WeightFormat::F32
+        && (!config.dim.is_multiple_of(32) || !config.hidden.is_multiple_of(32))
+    {
         return Err(format!(
             "--format {}: dim and hidden must be multiples of 32 (got {} and {})",
             o.format.name(),
@@ -189,11 +191,8 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
     }
     print!("{:>12}", "adaptive");
     println!(
-        "   (tokens/s, median of {}; {} {}, {} kernels)",
-        o.tokens,
-        format!("{}x{}x{}", config.dim, config.hidden, config.layers),
-        report.format,
-        report.simd_tier
+        "   (tokens/s, median of {}; {}x{}x{} {}, {} kernels)",
+        o.tokens, config.dim, config.hidden, config.layers, report.format, report.simd_tier
     );
     for participants in 1..=max {
         print!("{participants:>12}");
