@@ -622,8 +622,8 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
         ),
     ] {
         println!(
-            "  {name} {}x{} ({mb:.0} MB of blocks), weight bytes read per second:",
-            shape[0], shape[1]
+            "  {name} {}x{} ({mb:.0} MB of blocks, {} kernel), weight bytes read per second:",
+            shape[0], shape[1], r.quantized_kernel
         );
         line(&format!("{name} matvec, pool"), pool, "GB/s");
         line(&format!("{name} matvec, rayon"), rayon, "GB/s");

@@ -196,7 +196,7 @@ mod avx2 {
 
     use super::{Activation, BlockQ4_0};
     use crate::blocks;
-    use crate::q8_0::simd::{reduce1, reduce8, scales_of};
+    use crate::q8_0::simd::{prefetch_ahead, reduce1, reduce8, scales_of};
 
     /// Safe entry: only selected for the AVX2 tier or wider.
     pub(super) fn dot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
@@ -220,6 +220,7 @@ mod avx2 {
         let mut acc = _mm256_setzero_ps();
         let mut b = 0;
         while b < body {
+            prefetch_ahead(w[b..].as_ptr().cast(), 8 * std::mem::size_of::<BlockQ4_0>());
             let sums: [__m256i; 8] =
                 // SAFETY: AVX2, by this function's contract.
                 std::array::from_fn(|k| unsafe { nibble_sums(&w[b + k], &x.q[b + k].qs) });
@@ -284,7 +285,7 @@ mod avx512 {
 
     use super::{Activation, BlockQ4_0};
     use crate::blocks;
-    use crate::q8_0::simd::reduce8;
+    use crate::q8_0::simd::{prefetch_ahead, reduce8};
 
     /// Safe entry: only selected for the AVX-512 tier with VNNI.
     pub(super) fn dot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
@@ -304,6 +305,7 @@ mod avx512 {
         let mut acc = _mm256_setzero_ps();
         let mut b = 0;
         while b < body {
+            prefetch_ahead(w[b..].as_ptr().cast(), 8 * std::mem::size_of::<BlockQ4_0>());
             let sums: [__m256i; 8] =
                 // SAFETY: the features, by this function's contract.
                 std::array::from_fn(|k| unsafe { nibble_dots(&w[b + k], &x.q[b + k].qs) });

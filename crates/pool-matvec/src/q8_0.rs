@@ -244,7 +244,7 @@ pub fn dot_q8_0_on(tier: SimdTier, w: &[BlockQ8_0], x: &[BlockQ8_0]) -> Option<f
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::avx2::reduce8;
+    use super::avx2::{prefetch_ahead, reduce8};
     use super::{Activation, BlockQ8_0, QK8_0};
     use crate::blocks;
 
@@ -267,6 +267,7 @@ mod avx512 {
         let mut acc = _mm256_setzero_ps();
         let mut b = 0;
         while b < body {
+            prefetch_ahead(w[b..].as_ptr().cast(), 8 * std::mem::size_of::<BlockQ8_0>());
             let sums: [__m256i; 8] =
                 // SAFETY: the features, by this function's contract.
                 std::array::from_fn(|k| unsafe { block_dots(&w[b + k].qs, &x.q[b + k].qs) });
@@ -349,7 +350,7 @@ mod avx512 {
 /// The AVX2 helpers the Q4_0 kernel shares.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod simd {
-    pub(crate) use super::avx2::{reduce1, reduce8, scales_of};
+    pub(crate) use super::avx2::{prefetch_ahead, reduce1, reduce8, scales_of};
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -382,6 +383,7 @@ mod avx2 {
         let mut acc = _mm256_setzero_ps();
         let mut b = 0;
         while b < body {
+            prefetch_ahead(w[b..].as_ptr().cast(), 8 * std::mem::size_of::<BlockQ8_0>());
             let sums: [__m256i; 8] =
                 // SAFETY: AVX2, by this function's contract.
                 std::array::from_fn(|k| unsafe { block_sums(&w[b + k].qs, &x.q[b + k].qs) });
@@ -449,6 +451,27 @@ mod avx2 {
         let low_halves = _mm256_permute2x128_si256::<0x20>(h0123, h4567);
         let high_halves = _mm256_permute2x128_si256::<0x31>(h0123, h4567);
         _mm256_add_epi32(low_halves, high_halves)
+    }
+
+    /// Bytes ahead of the current eight blocks that the kernels prefetch:
+    /// a row streams from DRAM, and eight blocks of integer work are too
+    /// little to hide a miss each (measured from DRAM on one core: Q8_0
+    /// 8.9 GB/s, Q4_0 6.9 GB/s without; the same kernels read 21 and 13
+    /// GB/s from the L3).
+    pub(crate) const PREFETCH_AHEAD: usize = 2048;
+
+    /// Prefetches the cache lines of `len` bytes at `PREFETCH_AHEAD` past
+    /// `at`. A prefetch never faults, and the address is computed with
+    /// `wrapping_add`, so reading ahead of a row's end is harmless.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(crate) fn prefetch_ahead(at: *const u8, len: usize) {
+        let ahead = at.wrapping_add(PREFETCH_AHEAD);
+        let mut line = 0;
+        while line < len {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+            line += 64;
+        }
     }
 
     /// Eight f16 scales as f32 (F16C: exact, like `half`), packed into
