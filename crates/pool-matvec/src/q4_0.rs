@@ -11,8 +11,8 @@ use half::f16;
 use pool_core::Pool;
 
 use crate::blocks;
-use crate::each::for_each_row;
 use crate::q8_0::{quantize_q8_0, Activation, ActivationExtras, BlockQ8_0, QK8_0};
+use crate::rows::RowsInto;
 use crate::shape::should_parallelize;
 use crate::tier::SimdTier;
 
@@ -131,11 +131,48 @@ pub fn matvec_q4_0_prepared(
     );
     let extras = ActivationExtras::of(xq);
     let x = extras.with(xq);
-    let dot = select_dot();
     let pool = pool.filter(|_| should_parallelize(rows, cols / 4));
-    for_each_row(pool, out, &|row, value| {
-        *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], &x);
+    rows_into(pool, w, blocks_per_row, &x, out);
+}
+
+/// Rows `0..out.len()` of `w` (`blocks_per_row` blocks each) against `x`
+/// on `exec`, two rows per kernel call where the tier has a pair kernel
+/// (each row's arithmetic is the one-row kernel's: the same bits).
+pub(crate) fn rows_into(
+    exec: Option<&Pool>,
+    w: &[BlockQ4_0],
+    blocks_per_row: usize,
+    x: &Activation<'_>,
+    out: &mut [f32],
+) {
+    let (dot, dot2) = (select_dot(), select_dot2());
+    let row = |r: usize| &w[r * blocks_per_row..(r + 1) * blocks_per_row];
+    exec.run_rows_into(out, &|start, chunk| {
+        let mut pairs = chunk.chunks_exact_mut(2);
+        let mut r = start;
+        for pair in &mut pairs {
+            (pair[0], pair[1]) = dot2(row(r), row(r + 1), x);
+            r += 2;
+        }
+        if let [last] = pairs.into_remainder() {
+            *last = dot(row(r), x);
+        }
     });
+}
+
+/// Two rows against one activation.
+pub(crate) type Dot2Fn = fn(&[BlockQ4_0], &[BlockQ4_0], &Activation<'_>) -> (f32, f32);
+
+/// The tier's pair kernel: VNNI's, else two calls of the one-row kernel.
+fn select_dot2() -> Dot2Fn {
+    #[cfg(target_arch = "x86_64")]
+    if crate::tier::simd_tier() == SimdTier::Avx512 && crate::tier::has_avx512_vnni() {
+        return avx512::dot2;
+    }
+    |w0, w1, x| {
+        let dot = select_dot();
+        (dot(w0, x), dot(w1, x))
+    }
 }
 
 /// One row's dot product with a Q8_0 activation, scalar path: the
@@ -293,6 +330,98 @@ mod avx512 {
         // `has_avx512_vnni()`: the AVX-512 tier (F/BW/DQ/VL, AVX2, F16C)
         // and AVX512-VNNI.
         unsafe { dot_vnni(w, x) }
+    }
+
+    /// Safe entry for two rows: as for `dot`.
+    pub(super) fn dot2(w0: &[BlockQ4_0], w1: &[BlockQ4_0], x: &Activation<'_>) -> (f32, f32) {
+        // SAFETY: as for `dot`: `select_dot2` returns this only when
+        // `has_avx512_vnni()`.
+        unsafe { dot2_vnni(w0, w1, x) }
+    }
+
+    /// Two rows in one pass: each activation block loaded once for both,
+    /// each row's operations exactly `dot_vnni`'s (the same bits), two
+    /// streams in flight. Measured from DRAM on one core: 12.1 GB/s
+    /// against one row at a time's 10.8.
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 VL/VNNI, AVX2 and F16C.
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,f16c")]
+    unsafe fn dot2_vnni(w0: &[BlockQ4_0], w1: &[BlockQ4_0], x: &Activation<'_>) -> (f32, f32) {
+        let blocks = w0.len().min(w1.len()).min(x.q.len());
+        let body = blocks / blocks::LANES * blocks::LANES;
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut b = 0;
+        while b < body {
+            prefetch_ahead(
+                w0[b..].as_ptr().cast(),
+                8 * std::mem::size_of::<BlockQ4_0>(),
+            );
+            prefetch_ahead(
+                w1[b..].as_ptr().cast(),
+                8 * std::mem::size_of::<BlockQ4_0>(),
+            );
+            let mut sums0 = [_mm256_setzero_si256(); 8];
+            let mut sums1 = [_mm256_setzero_si256(); 8];
+            for k in 0..8 {
+                // SAFETY: `qs` is exactly 32 bytes: one unaligned load.
+                let vx = unsafe { _mm256_loadu_si256(x.q[b + k].qs.as_ptr().cast()) };
+                // SAFETY: the features, by this function's contract.
+                unsafe {
+                    sums0[k] = nibble_dots_with(&w0[b + k], vx);
+                    sums1[k] = nibble_dots_with(&w1[b + k], vx);
+                }
+            }
+            // SAFETY: b + 8 <= blocks <= the activation's lengths.
+            let (xsum, dx) = unsafe {
+                (
+                    _mm256_slli_epi32::<3>(_mm256_loadu_si256(x.sum.as_ptr().add(b).cast())),
+                    _mm256_loadu_ps(x.d.as_ptr().add(b)),
+                )
+            };
+            // SAFETY: the eight blocks at `b` of each row are in bounds.
+            let (dw0, dw1) = unsafe {
+                (
+                    gathered_scales(w0.as_ptr().add(b)),
+                    gathered_scales(w1.as_ptr().add(b)),
+                )
+            };
+            let sumi0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(reduce8(sums0), xsum));
+            let sumi1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(reduce8(sums1), xsum));
+            acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(sumi0, _mm256_mul_ps(dw0, dx)));
+            acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(sumi1, _mm256_mul_ps(dw1, dx)));
+            b += blocks::LANES;
+        }
+        let finish = |acc: __m256, w: &[BlockQ4_0]| {
+            let mut lanes = [0.0f32; 8];
+            // SAFETY: `lanes` is 32 writable bytes.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+            let mut result = blocks::reduce(lanes);
+            for (bw, bx) in w[b..blocks].iter().zip(&x.q[b..blocks]) {
+                let sumi = (0..32)
+                    .map(|j| i32::from(bw.value(j)) * i32::from(bx.qs[j]))
+                    .sum();
+                result += blocks::term(sumi, bw.d.to_f32(), bx.d.to_f32());
+            }
+            result
+        };
+        (finish(acc0, w0), finish(acc1, w1))
+    }
+
+    /// `nibble_dots` with the activation block already loaded.
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 VL/VNNI and AVX2.
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2")]
+    #[inline]
+    unsafe fn nibble_dots_with(w: &BlockQ4_0, vx: __m256i) -> __m256i {
+        // SAFETY: `qs` is exactly 16 bytes.
+        let packed = unsafe { _mm_loadu_si128(w.qs.as_ptr().cast()) };
+        let low = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
+        let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0F));
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set_m128i(high, low), vx)
     }
 
     /// # Safety

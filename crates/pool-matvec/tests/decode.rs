@@ -18,7 +18,7 @@ fn decode_logits_are_bit_identical_serial_and_on_pools_of_any_width() {
             vocab: 1000,
         };
         assert_eq!(config.row_jobs_per_token(), 9);
-        for format in [WeightFormat::F32, WeightFormat::Q8_0] {
+        for format in WeightFormat::ALL {
             let model = DecodeModel::random(config, format, 7);
             let serial: Vec<u32> = model
                 .decode(&Serial, 3)
