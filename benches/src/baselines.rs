@@ -283,17 +283,7 @@ pub fn rayon_matvec_q8_0(
     xq: &[BlockQ8_0],
     out: &mut [f32],
 ) {
-    let per_row = xq.len();
-    let grain = grain_for(out.len(), pool.current_num_threads());
-    pool.install(|| {
-        out.par_chunks_mut(grain)
-            .enumerate()
-            .for_each(|(chunk, o)| {
-                let start = chunk * grain;
-                let rows = &w[start * per_row..(start + o.len()) * per_row];
-                matvec_q8_0_prepared(None, rows, xq, o);
-            });
-    });
+    rayon_blocks(pool, w, xq, out, matvec_q8_0_prepared);
 }
 
 /// The same for Q4_0 weights.
@@ -303,6 +293,21 @@ pub fn rayon_matvec_q4_0(
     xq: &[BlockQ8_0],
     out: &mut [f32],
 ) {
+    rayon_blocks(pool, w, xq, out, matvec_q4_0_prepared);
+}
+
+/// A prepared quantized matvec: `matvec_q8_0_prepared` or `_q4_0_`.
+type PreparedKernel<B> = fn(Option<&Pool>, &[B], &[BlockQ8_0], &mut [f32]);
+
+/// A quantized prepared matvec on rayon: `kernel` serially on each chunk
+/// of rows (`xq.len()` blocks per row).
+fn rayon_blocks<B: Sync>(
+    pool: &rayon::ThreadPool,
+    w: &[B],
+    xq: &[BlockQ8_0],
+    out: &mut [f32],
+    kernel: PreparedKernel<B>,
+) {
     let per_row = xq.len();
     let grain = grain_for(out.len(), pool.current_num_threads());
     pool.install(|| {
@@ -310,8 +315,12 @@ pub fn rayon_matvec_q4_0(
             .enumerate()
             .for_each(|(chunk, o)| {
                 let start = chunk * grain;
-                let rows = &w[start * per_row..(start + o.len()) * per_row];
-                matvec_q4_0_prepared(None, rows, xq, o);
+                kernel(
+                    None,
+                    &w[start * per_row..(start + o.len()) * per_row],
+                    xq,
+                    o,
+                );
             });
     });
 }

@@ -13,7 +13,7 @@ use pool_core::Pool;
 use crate::blocks;
 use crate::q8_0::{quantize_q8_0, Activation, ActivationExtras, BlockQ8_0, QK8_0};
 use crate::rows::RowsInto;
-use crate::shape::should_parallelize;
+use crate::shape::{check_block_row, check_blocks, should_parallelize};
 use crate::tier::SimdTier;
 
 /// Weights per Q4_0 block.
@@ -99,11 +99,7 @@ pub fn dequantize_q4_0(blocks: &[BlockQ4_0]) -> Vec<f32> {
 /// If `x.len()` is not a multiple of 32, or `w` holds fewer than
 /// `out.len() * x.len() / 32` blocks (message names the shapes).
 pub fn matvec_q4_0(pool: Option<&Pool>, w: &[BlockQ4_0], x: &[f32], out: &mut [f32]) {
-    assert!(
-        x.len().is_multiple_of(QK4_0),
-        "matvec_q4_0: row length {} is not a multiple of the block size {QK4_0}",
-        x.len()
-    );
+    check_block_row("matvec_q4_0", x.len());
     matvec_q4_0_prepared(pool, w, &quantize_q8_0(x), out);
 }
 
@@ -122,16 +118,10 @@ pub fn matvec_q4_0_prepared(
     out: &mut [f32],
 ) {
     let (rows, blocks_per_row) = (out.len(), xq.len());
-    let cols = blocks_per_row * QK4_0;
-    assert!(
-        w.len() >= rows * blocks_per_row,
-        "matvec_q4_0: weights hold {} blocks but out has {rows} rows of {cols} columns \
-         (need {rows} x {blocks_per_row} blocks)",
-        w.len()
-    );
+    check_blocks("matvec_q4_0", w.len(), rows, blocks_per_row);
     let extras = ActivationExtras::of(xq);
     let x = extras.with(xq);
-    let pool = pool.filter(|_| should_parallelize(rows, cols / 4));
+    let pool = pool.filter(|_| should_parallelize(rows, blocks_per_row * QK4_0 / 4));
     rows_into(pool, w, blocks_per_row, &x, out);
 }
 

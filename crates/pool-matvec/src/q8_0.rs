@@ -15,7 +15,7 @@ use half::f16;
 use pool_core::Pool;
 
 use crate::each::for_each_row;
-use crate::shape::should_parallelize;
+use crate::shape::{check_block_row, check_blocks, should_parallelize};
 use crate::tier::SimdTier;
 
 /// Weights per Q8_0 block.
@@ -85,11 +85,7 @@ pub fn dequantize_q8_0(blocks: &[BlockQ8_0]) -> Vec<f32> {
 /// If `x.len()` is not a multiple of 32, or `w` holds fewer than
 /// `out.len() * x.len() / 32` blocks (message names the shapes).
 pub fn matvec_q8_0(pool: Option<&Pool>, w: &[BlockQ8_0], x: &[f32], out: &mut [f32]) {
-    assert!(
-        x.len().is_multiple_of(QK8_0),
-        "matvec_q8_0: row length {} is not a multiple of the block size {QK8_0}",
-        x.len()
-    );
+    check_block_row("matvec_q8_0", x.len());
     matvec_q8_0_prepared(pool, w, &quantize_q8_0(x), out);
 }
 
@@ -108,17 +104,11 @@ pub fn matvec_q8_0_prepared(
     out: &mut [f32],
 ) {
     let (rows, blocks_per_row) = (out.len(), xq.len());
-    let cols = blocks_per_row * QK8_0;
-    assert!(
-        w.len() >= rows * blocks_per_row,
-        "matvec_q8_0: weights hold {} blocks but out has {rows} rows of {cols} columns \
-         (need {rows} x {blocks_per_row} blocks)",
-        w.len()
-    );
+    check_blocks("matvec_q8_0", w.len(), rows, blocks_per_row);
     let extras = ActivationExtras::of(xq);
     let x = extras.with(xq);
     let dot = select_dot(&x);
-    let pool = pool.filter(|_| should_parallelize(rows, cols));
+    let pool = pool.filter(|_| should_parallelize(rows, blocks_per_row * QK8_0));
     for_each_row(pool, out, &|row, value| {
         *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], &x);
     });

@@ -28,3 +28,30 @@ pub(crate) fn check_matvec(kernel: &str, w_len: usize, rows: usize, cols: usize)
         );
     }
 }
+
+/// Panics, naming the shapes, unless `x_len` is whole 32-value blocks.
+#[inline]
+#[track_caller]
+pub(crate) fn check_block_row(kernel: &str, x_len: usize) {
+    assert!(
+        x_len.is_multiple_of(32),
+        "{kernel}: row length {x_len} is not a multiple of the block size 32"
+    );
+}
+
+/// Panics, naming the shapes, unless `w_blocks >= rows * blocks_per_row`:
+/// the quantized kernels' [`check_matvec`].
+#[inline]
+#[track_caller]
+pub(crate) fn check_blocks(kernel: &str, w_blocks: usize, rows: usize, blocks_per_row: usize) {
+    let cols = blocks_per_row * 32;
+    if rows
+        .checked_mul(blocks_per_row)
+        .is_none_or(|needed| w_blocks < needed)
+    {
+        panic!(
+            "{kernel}: weights hold {w_blocks} blocks but out has {rows} rows of {cols} columns \
+             (need {rows} x {blocks_per_row} blocks)"
+        );
+    }
+}
