@@ -3,9 +3,9 @@
 # (broken intra-doc links fail), then `cargo package` of every publishable
 # crate, each built from its packaged files against the others through
 # cargo's local overlay (so a file missing from a package, or a path
-# dependency without a version, fails here). pool-cli is not published
-# yet (it depends on the unpublished pool-benches). Cost: ~30-60 s.
+# dependency without a version, fails here). Every crate but the loom
+# models is publishable: pool-cli's baselines come from pool-benches, whose
+# tests use pool-testkit. Cost: ~30-60 s.
 set -euo pipefail
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p pool-core -p pool-topo -p pool-matvec -p pool-ffi
-cargo package --workspace --exclude pool-cli --exclude pool-benches --exclude loom-tests \
-    --exclude testkit --allow-dirty
+cargo package --workspace --exclude loom-tests --allow-dirty

@@ -1,4 +1,5 @@
-//! Test support for the workspace (not published).
+//! Test support for the pool crates (published as `pool-testkit`, library
+//! name `testkit`), and for engines testing their use of the pool.
 //!
 //! - [`watchdog`]: every test that waits on threads runs its body under one,
 //!   so a hang becomes a failure naming the stage it stopped at;
