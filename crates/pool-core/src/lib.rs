@@ -34,6 +34,7 @@ mod load;
 mod placement;
 mod policy;
 mod pool;
+mod phased;
 mod priority;
 mod seeded;
 mod sides;
@@ -50,6 +51,7 @@ pub use env::{
 };
 pub use global::{all_worker_tids, global, init_global};
 pub use load::foreign_cpus;
+pub use phased::JobBarrier;
 pub use policy::{spin_iteration_ns, SpinPolicy, DEFAULT_LINGER, MIN_ADAPTIVE_SPIN};
 pub use pool::Pool;
 pub use priority::{current_qos_name, QosClass, SchedPolicy};

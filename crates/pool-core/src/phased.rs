@@ -1,0 +1,274 @@
+//! A barrier inside a job: [`Pool::run_phased`].
+//!
+//! ggml runs a whole graph as one parallel region with a barrier between
+//! operations; a fork-join per operation pays the publish half (tickets,
+//! fence, wake check) every time. `run_phased` publishes once and lets the
+//! participants meet at [`JobBarrier::wait`] as often as they need.
+//!
+//! # Misuse cannot hang
+//!
+//! A barrier that one participant never reaches would wait for ever. Here
+//! every participant that leaves the job (its closure returned or
+//! panicked) says so, and a participant waiting at a barrier that a
+//! departed participant can no longer reach is released: its `wait`
+//! unwinds. `run_phased` then re-raises the first real panic (the
+//! caller's own first, as [`Pool::run`] does), or, when nobody panicked,
+//! panics with a message saying the participants passed different counts
+//! of barriers.
+//!
+//! # Memory ordering
+//!
+//! - **arrive**: each participant's `arrived.fetch_add(AcqRel)`. The
+//!   arrivals of one episode form a release sequence, so the last arriver
+//!   acquires every other participant's writes before the barrier.
+//! - **release**: the last arriver resets `arrived` to 0 (`Relaxed`), then
+//!   stores `generation + 1` with `Release`; waiters load `generation` with
+//!   `Acquire`. So every waiter sees every participant's writes before the
+//!   barrier, and sees `arrived == 0` before it arrives at the next one.
+//!   (Reset after the release store is the seeded bug
+//!   `BarrierResetAfterRelease`: a fast waiter's next arrival is then
+//!   counted into the old episode or wiped.)
+//! - A waiter reads `generation` **before** its arrival: read after, the
+//!   last arriver may already have bumped it, and the waiter would wait for
+//!   the episode after.
+//! - **leave**: `left.fetch_add(Release)` after a participant's last
+//!   barrier; a waiter that loads `left` with `Acquire` and then re-loads
+//!   `generation` sees any bump the leaver made before leaving, so a
+//!   barrier that did complete is never taken for an abandoned one.
+//! - `broken`: set `Release` by whoever finds the barrier abandoned, loaded
+//!   `Acquire`; it only makes later waits unwind sooner.
+
+use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
+
+use crossbeam_utils::CachePadded;
+
+use crate::dispatch::{drop_payload, OVERSUBSCRIBED_SPINS_BEFORE_YIELD};
+use crate::pool::Pool;
+use crate::seeded::SeededBug;
+use crate::sync::{lock, spin_loop, thread, AtomicBool, AtomicUsize, Mutex, Ordering};
+
+/// Spins before a barrier waiter yields its CPU when every thread has one
+/// (as the caller's join wait: a participant it waits for may be queued on
+/// this very CPU).
+const SPINS_BEFORE_YIELD: u32 = 512;
+
+/// The unwind payload of a participant released from an abandoned barrier.
+/// Never reaches the caller: `run_phased` raises the real cause instead.
+struct Abandoned;
+
+/// State shared by one `run_phased` job's participants; lives on the
+/// caller's stack for the job.
+struct PhaseState {
+    arrived: CachePadded<AtomicUsize>,
+    generation: CachePadded<AtomicUsize>,
+    /// Participants whose closure has returned or unwound.
+    left: AtomicUsize,
+    broken: AtomicBool,
+    /// The fewest and most barriers a departed participant passed.
+    passed: Mutex<(usize, usize)>,
+    /// The first real panic of the caller (idx `n - 1`) and of a worker.
+    caller_panic: Mutex<Option<Box<dyn Any + Send>>>,
+    worker_panic: Mutex<Option<Box<dyn Any + Send>>>,
+    yield_after: u32,
+    reset_after_release: bool,
+}
+
+/// The barrier a [`Pool::run_phased`] job's participants share. Every
+/// participant must call [`wait`](JobBarrier::wait) the same number of
+/// times; see `run_phased` for what happens when they do not.
+pub struct JobBarrier<'a> {
+    state: &'a PhaseState,
+    n: usize,
+    passed: usize,
+}
+
+impl JobBarrier<'_> {
+    /// Waits until every participant of the job has called `wait` as many
+    /// times as this one. Everything a participant wrote before its call
+    /// is visible to every participant after theirs. With one participant
+    /// (an inline or nested run) it returns at once.
+    ///
+    /// # Panics
+    ///
+    /// Unwinds (with a payload that `run_phased` replaces by the real
+    /// cause) when a participant left the job without reaching this
+    /// barrier: it panicked, or it called `wait` fewer times.
+    #[inline]
+    pub fn wait(&mut self) {
+        self.passed += 1;
+        if self.n > 1 {
+            self.state.wait(self.n);
+        }
+    }
+
+    /// The barriers this participant has passed so far.
+    pub fn passed(&self) -> usize {
+        self.passed
+    }
+}
+
+impl PhaseState {
+    fn new(yield_after: u32, reset_after_release: bool) -> PhaseState {
+        PhaseState {
+            arrived: CachePadded::new(AtomicUsize::new(0)),
+            generation: CachePadded::new(AtomicUsize::new(0)),
+            left: AtomicUsize::new(0),
+            broken: AtomicBool::new(false),
+            passed: Mutex::new((usize::MAX, 0)),
+            caller_panic: Mutex::new(None),
+            worker_panic: Mutex::new(None),
+            yield_after,
+            reset_after_release,
+        }
+    }
+
+    fn wait(&self, n: usize) {
+        if self.broken.load(Ordering::Acquire) {
+            panic::resume_unwind(Box::new(Abandoned));
+        }
+        // Before the arrival (module docs).
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) == n - 1 {
+            if self.reset_after_release {
+                self.generation
+                    .store(generation.wrapping_add(1), Ordering::Release);
+                self.arrived.store(0, Ordering::Relaxed);
+            } else {
+                self.arrived.store(0, Ordering::Relaxed);
+                self.generation
+                    .store(generation.wrapping_add(1), Ordering::Release);
+            }
+            return;
+        }
+        let mut spins: u32 = 0;
+        while self.generation.load(Ordering::Acquire) == generation {
+            if self.left.load(Ordering::Acquire) > 0
+                && self.generation.load(Ordering::Acquire) == generation
+            {
+                // A participant left without arriving here: it never will.
+                self.broken.store(true, Ordering::Release);
+                panic::resume_unwind(Box::new(Abandoned));
+            }
+            if self.broken.load(Ordering::Acquire) {
+                panic::resume_unwind(Box::new(Abandoned));
+            }
+            if spins < self.yield_after {
+                spins += 1;
+                spin_loop();
+            } else {
+                thread::yield_now();
+            }
+        }
+    }
+
+    /// A participant's closure returned (`Ok`) or unwound (`Err`) after
+    /// passing `passed` barriers.
+    fn leave(&self, is_caller: bool, passed: usize, outcome: Result<(), Box<dyn Any + Send>>) {
+        if let Err(payload) = outcome {
+            if payload.is::<Abandoned>() {
+                drop_payload(payload);
+            } else {
+                let slot = if is_caller {
+                    &self.caller_panic
+                } else {
+                    &self.worker_panic
+                };
+                let mut slot = lock(slot);
+                if slot.is_none() {
+                    *slot = Some(payload);
+                } else {
+                    drop(slot);
+                    drop_payload(payload);
+                }
+            }
+        }
+        {
+            let mut range = lock(&self.passed);
+            range.0 = range.0.min(passed);
+            range.1 = range.1.max(passed);
+        }
+        // Release: pairs with the Acquire load in `wait` (module docs).
+        self.left.fetch_add(1, Ordering::Release);
+    }
+
+    /// After the job: re-raises the first real panic, the caller's first;
+    /// else reports participants that passed different counts of barriers.
+    fn finish(self) {
+        let caller = lock(&self.caller_panic).take();
+        let worker = lock(&self.worker_panic).take();
+        match (caller, worker) {
+            (Some(payload), surplus) => {
+                if let Some(surplus) = surplus {
+                    drop_payload(surplus);
+                }
+                panic::resume_unwind(payload)
+            }
+            (None, Some(payload)) => panic::resume_unwind(payload),
+            (None, None) => {}
+        }
+        let (fewest, most) = *lock(&self.passed);
+        if fewest != most || self.broken.load(Ordering::Relaxed) {
+            panic!(
+                "run_phased: the participants passed different numbers of barriers \
+                 (fewest {fewest}, most {most}); every participant must call \
+                 JobBarrier::wait equally often"
+            );
+        }
+    }
+}
+
+impl Pool {
+    /// Runs `f(idx, n, barrier)` for every participant, as [`Pool::run`]
+    /// does, with a barrier the participants share: a job of several
+    /// phases (a decode layer: QKV, attention, output, FFN) is published
+    /// once, and the phases are separated by `barrier.wait()` instead of a
+    /// fork-join each.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// let pool = pool_core::Pool::new(1);
+    /// let parts = [AtomicU64::new(0), AtomicU64::new(0)];
+    /// let total = AtomicU64::new(0);
+    /// pool.run_phased(&|idx, n, barrier| {
+    ///     parts[idx].store(idx as u64 + 1, Ordering::Relaxed);
+    ///     barrier.wait(); // every part is written
+    ///     if idx == n - 1 {
+    ///         let sum = parts[..n].iter().map(|p| p.load(Ordering::Relaxed)).sum();
+    ///         total.store(sum, Ordering::Relaxed);
+    ///     }
+    /// });
+    /// let n = pool.n_workers() as u64 + 1; // unless the job ran inline
+    /// assert!([1, n * (n + 1) / 2].contains(&total.load(Ordering::Relaxed)));
+    /// ```
+    ///
+    /// Every participant must call `wait` the same number of times. When
+    /// one leaves the job without reaching a barrier the others wait at
+    /// (it panicked, or called `wait` fewer times), those others are
+    /// released instead of hanging, and `run_phased` panics: with the
+    /// participant's own panic (the caller's first, as `run`), or with a
+    /// message naming the fewest and most barriers passed. Inline and
+    /// nested runs have one participant, whose `wait` returns at once.
+    pub fn run_phased(&self, f: &(dyn Fn(usize, usize, &mut JobBarrier<'_>) + Sync)) {
+        let shared = &self.shared;
+        let yield_after = if shared.settings.oversubscribed || shared.crowded() {
+            OVERSUBSCRIBED_SPINS_BEFORE_YIELD
+        } else {
+            SPINS_BEFORE_YIELD
+        };
+        let state = PhaseState::new(
+            yield_after,
+            shared.has_bug(SeededBug::BarrierResetAfterRelease),
+        );
+        self.run(&|idx, n| {
+            let mut barrier = JobBarrier {
+                state: &state,
+                n,
+                passed: 0,
+            };
+            let outcome = panic::catch_unwind(AssertUnwindSafe(|| f(idx, n, &mut barrier)));
+            state.leave(idx + 1 == n, barrier.passed, outcome);
+        });
+        state.finish();
+    }
+}
