@@ -1,4 +1,5 @@
-//! Builds `c/llama2_omp.c` (llama2.c's forward pass, the OpenMP peer) with
+//! Builds `c/llama2_omp.c` (llama2.c's forward pass, the OpenMP peer) and
+//! `c/epcc_omp.c` (the OpenMP constructs of the peers suite) with
 //! `$CC` (default `cc`) `-Ofast -march=native -fopenmp`, as llama2.c's own
 //! Makefile does for its OpenMP build. When there is no compiler, no
 //! OpenMP, or the build is a cross build, the peer is left out: the crate
@@ -8,15 +9,20 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// llama2.c's forward pass, and the EPCC-style constructs of the peers suite.
+const SOURCES: [&str; 2] = ["c/llama2_omp.c", "c/epcc_omp.c"];
+
 fn main() {
-    println!("cargo:rerun-if-changed=c/llama2_omp.c");
+    for source in SOURCES {
+        println!("cargo:rerun-if-changed={source}");
+    }
     println!("cargo:rerun-if-env-changed=CC");
     println!("cargo:rustc-check-cfg=cfg(pool_openmp)");
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     match build(&out) {
         Ok(()) => {
             println!("cargo:rustc-link-search=native={}", out.display());
-            println!("cargo:rustc-link-lib=static=llama2_omp");
+            println!("cargo:rustc-link-lib=static=pool_omp");
             println!("cargo:rustc-link-lib=dylib=gomp");
             println!("cargo:rustc-cfg=pool_openmp");
             println!("cargo:rustc-env=POOL_OPENMP_STATUS=built");
@@ -42,32 +48,37 @@ fn build(out: &Path) -> Result<(), String> {
         ));
     }
     let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
-    let object = out.join("llama2_omp.o");
-    run(Command::new(&cc)
-        .args([
-            "-Ofast",
-            "-march=native",
-            "-fopenmp",
-            "-fPIC",
-            "-c",
-            "c/llama2_omp.c",
-            "-o",
-        ])
-        .arg(&object))
-    .map_err(|e| format!("`{cc} -fopenmp` failed: {e}"))?;
+    let mut objects = Vec::new();
+    for source in SOURCES {
+        let stem = Path::new(source).file_stem().expect("a file name");
+        let object = out.join(stem).with_extension("o");
+        run(Command::new(&cc)
+            .args([
+                "-Ofast",
+                "-march=native",
+                "-fopenmp",
+                "-fPIC",
+                "-c",
+                source,
+                "-o",
+            ])
+            .arg(&object))
+        .map_err(|e| format!("`{cc} -fopenmp` failed on {source}: {e}"))?;
+        objects.push(object);
+    }
     // Links libgomp now, so a missing library is found here, not at link.
     let probe = out.join("probe");
     run(Command::new(&cc)
         .args(["-fopenmp", "-shared", "-o"])
         .arg(&probe)
-        .arg(&object))
+        .args(&objects))
     .map_err(|e| format!("linking with libgomp failed: {e}"))?;
-    let library = out.join("libllama2_omp.a");
+    let library = out.join("libpool_omp.a");
     let _ = std::fs::remove_file(&library);
     run(Command::new(env::var("AR").unwrap_or_else(|_| "ar".into()))
         .arg("crs")
         .arg(&library)
-        .arg(&object))
+        .args(&objects))
     .map_err(|e| format!("ar failed: {e}"))
 }
 

@@ -11,11 +11,14 @@
 //! - [`openmp`]: llama2.c's forward pass in C with OpenMP, the peer that
 //!   C engines are (built when a C compiler with OpenMP is found);
 //! - [`Stats`]: medians and spread of repeated runs;
+//! - [`peers`]: the EPCC-style suite beside rayon, candle's `BarrierPool`,
+//!   fork_union, chili and OpenMP (the crates.io ones with feature `peers`);
 //! - [`scenarios`]: the deployment settings (pinned threads, several pools,
 //!   a quota, busy neighbours, ...) built for real, for side-by-side runs.
 
 mod baselines;
 pub mod openmp;
+pub mod peers;
 pub mod scenarios;
 mod stats;
 

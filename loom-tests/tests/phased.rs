@@ -25,7 +25,10 @@ fn phases_see_each_others_writes(pool: &Pool) {
             for slot in &slots[..n] {
                 let seen = slot.load(Ordering::Relaxed);
                 // The other may already be in the next phase, never behind.
-                assert!(seen == phase || seen == phase + 1, "phase {phase}: saw {seen}");
+                assert!(
+                    seen == phase || seen == phase + 1,
+                    "phase {phase}: saw {seen}"
+                );
             }
         }
     });
@@ -76,7 +79,9 @@ fn a_skipped_barrier_is_reported_not_hung() {
             })
         }));
         let payload = result.expect_err("a skipped barrier panics");
-        let message = payload.downcast_ref::<String>().expect("a formatted message");
+        let message = payload
+            .downcast_ref::<String>()
+            .expect("a formatted message");
         assert!(message.contains("fewest 0, most 1"), "{message}");
     });
 }

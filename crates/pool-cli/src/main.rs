@@ -5,6 +5,7 @@
 
 mod bench;
 mod llama;
+mod peers;
 mod scenarios;
 mod topo;
 mod tune;
@@ -70,8 +71,23 @@ enum Command {
         /// (pinned caller, from_env, two pools, two callers, a busy or
         /// decoding neighbour, a 1-CPU cgroup quota, oversubscription, idle
         /// gaps), pool vs rayon vs serial side by side.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "peers")]
         scenarios: bool,
+        /// Instead: the peers suite, EPCC-style, at 2, 3 and 4 threads:
+        /// fork-join, a barrier inside a region, a reduction, a row job
+        /// and a tiny decode token on this pool, rayon (four ways),
+        /// candle's BarrierPool, fork_union, chili (those three with
+        /// `--features peers`), OpenMP, a minimal spin pool and a
+        /// ping-pong; the goals checked.
+        #[arg(long)]
+        peers: bool,
+        /// With --peers: draw overhead against threads, one line per peer,
+        /// to FILE.
+        #[arg(long, value_name = "FILE", requires = "peers")]
+        svg: Option<PathBuf>,
+        /// Internal: the --peers child measuring one thread count.
+        #[arg(long, hide = true, value_name = "THREADS")]
+        peers_at: Option<usize>,
         /// One JSON object instead of text (schema: docs/cli.md).
         #[arg(long)]
         json: bool,
@@ -171,8 +187,21 @@ fn main() -> ExitCode {
         }) => topo::run(sysfs.as_deref(), coordinator, env, json),
         Some(Command::Bench {
             quick,
+            peers_at: Some(threads),
+            ..
+        }) => peers::run_child(threads, quick),
+        Some(Command::Bench {
+            quick,
+            peers: true,
+            svg,
+            json,
+            ..
+        }) => peers::run(quick, json, svg.as_deref()),
+        Some(Command::Bench {
+            quick,
             scenarios: true,
             json,
+            ..
         }) => scenarios::run(quick, json),
         Some(Command::Bench { quick, json, .. }) => bench::run(quick, json),
         Some(Command::Decode {

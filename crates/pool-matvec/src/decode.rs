@@ -7,13 +7,20 @@
 //! (dim 768, hidden 2048, 12 layers, vocab 32000) that is 49 row jobs per
 //! token. Attention itself is replaced by a cheap elementwise mix: it is not
 //! a matvec and does not change what is measured.
+//!
+//! [`DecodeModel::decode_phased`] runs the same token as one
+//! [`Pool::run_phased`] job, ggml-style: one publish per token and a
+//! barrier after each matvec, instead of a fork-join per matvec.
 
-use pool_core::Pool;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use pool_core::{JobBarrier, Pool};
+
+use crate::disjoint::DisjointRows;
 use crate::fast::matvec_f32_fast;
 use crate::q4_0::{quantize_q4_0, BlockQ4_0};
 use crate::q8_0::{quantize_q8_0, ActivationExtras, BlockQ8_0, QK8_0};
-use crate::rows::{RowsInto, RowsIntoFn};
+use crate::rows::{grain_for, RowsInto, RowsIntoFn};
 
 /// The model shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,17 +193,29 @@ impl DecodeExecutor for Serial {
 
 impl DecodeExecutor for Pool {
     fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]) {
-        let callbacks: Vec<_> = mats
-            .iter()
-            .map(|m| move |start: usize, out: &mut [f32]| m.rows_into(x, start, out))
-            .collect();
-        let mut parts: Vec<(&mut [f32], &RowsIntoFn<'_, f32>)> = outs
-            .iter_mut()
-            .zip(&callbacks)
-            .map(|(out, f)| (&mut **out, f as &RowsIntoFn<'_, f32>))
-            .collect();
-        self.run_many_into(&mut parts);
+        matvec_many_on(self, mats, x, outs);
     }
+}
+
+/// [`DecodeExecutor::matvec_many`] on any row executor: the matrices'
+/// rows laid end to end in one [`RowsInto::run_many_into`] job. Other
+/// pools implement `DecodeExecutor` with it (the benchmarks' peers do).
+pub fn matvec_many_on<E: RowsInto + ?Sized>(
+    exec: &E,
+    mats: &[&Matrix],
+    x: &Input<'_>,
+    outs: &mut [&mut [f32]],
+) {
+    let callbacks: Vec<_> = mats
+        .iter()
+        .map(|m| move |start: usize, out: &mut [f32]| m.rows_into(x, start, out))
+        .collect();
+    let mut parts: Vec<(&mut [f32], &RowsIntoFn<'_, f32>)> = outs
+        .iter_mut()
+        .zip(&callbacks)
+        .map(|(out, f)| (&mut **out, f as &RowsIntoFn<'_, f32>))
+        .collect();
+    exec.run_many_into(&mut parts);
 }
 
 struct Layer {
@@ -294,6 +313,111 @@ impl DecodeModel {
         s.logits
     }
 
+    /// [`decode`](Self::decode) with each token run as one
+    /// [`Pool::run_phased`] job: every participant computes the cheap
+    /// vector steps (norms, the mix, residuals, the activation's
+    /// quantization) itself, the matvec rows are shared out in grains, and
+    /// a barrier follows each matvec (4 per layer). The logits are
+    /// bit-identical to `decode` on any executor.
+    pub fn decode_phased(&self, pool: &Pool, tokens: usize) -> Vec<f32> {
+        let (dim, hidden, vocab) = (self.config.dim, self.config.hidden, self.config.vocab);
+        let mut s = Scratch {
+            q: vec![0.0; dim],
+            k: vec![0.0; dim],
+            v: vec![0.0; dim],
+            o: vec![0.0; dim],
+            g: vec![0.0; hidden],
+            u: vec![0.0; hidden],
+            d: vec![0.0; dim],
+            logits: vec![0.0; vocab],
+        };
+        let cursors: Vec<AtomicUsize> = (0..self.layers.len() * 7 + 1)
+            .map(|_| AtomicUsize::new(0))
+            .collect();
+        let mut x: Vec<f32> = (0..dim).map(|i| ((i % 7) as f32 - 3.0) * 0.25).collect();
+        for _ in 0..tokens {
+            // Relaxed: published to the participants by the job's dispatch.
+            cursors.iter().for_each(|c| c.store(0, Ordering::Relaxed));
+            let out = PhaseOutputs {
+                q: DisjointRows::new(&mut s.q),
+                k: DisjointRows::new(&mut s.k),
+                v: DisjointRows::new(&mut s.v),
+                o: DisjointRows::new(&mut s.o),
+                g: DisjointRows::new(&mut s.g),
+                u: DisjointRows::new(&mut s.u),
+                d: DisjointRows::new(&mut s.d),
+                logits: DisjointRows::new(&mut s.logits),
+            };
+            let start = &x;
+            pool.run_phased(&|_idx, n, barrier| {
+                self.token_phased(start, &out, &cursors, n, barrier);
+            });
+            for (i, xi) in x.iter_mut().enumerate() {
+                *xi = s.logits[i % vocab] + 0.01 * (i % 5) as f32;
+            }
+        }
+        s.logits
+    }
+
+    /// One participant's share of a token: the same steps as `token`, in
+    /// the same order, so its private residual `x` is bit-identical to
+    /// every other participant's and to `token`'s.
+    fn token_phased(
+        &self,
+        start: &[f32],
+        out: &PhaseOutputs<'_>,
+        cursors: &[AtomicUsize],
+        n: usize,
+        barrier: &mut JobBarrier<'_>,
+    ) {
+        let format = self.format;
+        let mut cursors = cursors.iter();
+        let mut rows = |m: &Matrix, x: &Input<'_>, target: &DisjointRows<'_, f32>| {
+            let cursor = cursors.next().expect("a cursor per matvec");
+            share_rows(m, x, target, cursor, n);
+        };
+        let mut x = start.to_vec();
+        for layer in &self.layers {
+            let xn = rms_norm(&x);
+            let input = Input::new(&xn, format);
+            rows(&layer.wq, &input, &out.q);
+            rows(&layer.wk, &input, &out.k);
+            rows(&layer.wv, &input, &out.v);
+            barrier.wait();
+            // SAFETY: the barrier just passed follows every participant's
+            // writes to these outputs, and the next writes to them come
+            // after two more barriers, which this participant reaches only
+            // after its last read here (the same for each `all` below).
+            let (q, k, v) = unsafe { (out.q.all(), out.k.all(), out.v.all()) };
+            let mixed: Vec<f32> = q
+                .iter()
+                .zip(k)
+                .zip(v)
+                .map(|((q, k), v)| q * sigmoid(*k) + v)
+                .collect();
+            rows(&layer.wo, &Input::new(&mixed, format), &out.o);
+            barrier.wait();
+            // SAFETY: as above.
+            let o = unsafe { out.o.all() };
+            x.iter_mut().zip(o).for_each(|(xi, o)| *xi += o);
+            let xn = rms_norm(&x);
+            let input = Input::new(&xn, format);
+            rows(&layer.gate, &input, &out.g);
+            rows(&layer.up, &input, &out.u);
+            barrier.wait();
+            // SAFETY: as above.
+            let (g, u) = unsafe { (out.g.all(), out.u.all()) };
+            let h: Vec<f32> = g.iter().zip(u).map(|(g, u)| g * sigmoid(*g) * u).collect();
+            rows(&layer.down, &Input::new(&h, format), &out.d);
+            barrier.wait();
+            // SAFETY: as above.
+            let d = unsafe { out.d.all() };
+            x.iter_mut().zip(d).for_each(|(xi, d)| *xi += d);
+        }
+        let xn = rms_norm(&x);
+        rows(&self.logits, &Input::new(&xn, format), &out.logits);
+    }
+
     fn token(&self, exec: &dyn DecodeExecutor, x: &mut [f32], s: &mut Scratch) {
         let format = self.format;
         for layer in &self.layers {
@@ -333,6 +457,45 @@ impl DecodeModel {
             &Input::new(&xn, format),
             &mut [&mut s.logits],
         );
+    }
+}
+
+/// A phased token's outputs, written in disjoint grains during a phase and
+/// read whole after the barrier that ends it.
+struct PhaseOutputs<'a> {
+    q: DisjointRows<'a, f32>,
+    k: DisjointRows<'a, f32>,
+    v: DisjointRows<'a, f32>,
+    o: DisjointRows<'a, f32>,
+    g: DisjointRows<'a, f32>,
+    u: DisjointRows<'a, f32>,
+    d: DisjointRows<'a, f32>,
+    logits: DisjointRows<'a, f32>,
+}
+
+/// Computes grains of `m`'s rows into `target` until `cursor` runs out:
+/// whichever participant is free takes the next grain.
+fn share_rows(
+    m: &Matrix,
+    x: &Input<'_>,
+    target: &DisjointRows<'_, f32>,
+    cursor: &AtomicUsize,
+    n: usize,
+) {
+    let rows = m.rows();
+    let grain = grain_for(rows, n);
+    loop {
+        // Relaxed: the RMW alone makes each grain go to one participant;
+        // the rows' values are published by the barrier after the phase.
+        let start = cursor.fetch_add(grain, Ordering::Relaxed);
+        if start >= rows {
+            break;
+        }
+        let end = (start + grain).min(rows);
+        // SAFETY: each grain is claimed once (the cursor), so no two
+        // participants hold overlapping rows; no one reads `target` whole
+        // until the barrier after this phase.
+        m.rows_into(x, start, unsafe { target.rows(start, end) });
     }
 }
 

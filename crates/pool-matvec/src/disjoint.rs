@@ -52,4 +52,19 @@ impl<'a, T> DisjointRows<'a, T> {
         // exclusive by the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), end - start) }
     }
+
+    /// The whole slice, shared.
+    ///
+    /// # Safety
+    ///
+    /// No reference from [`DisjointRows::rows`] may be alive, and none may
+    /// be created while the returned one is (a phased job: between the
+    /// barrier after the phase that wrote the rows and the barrier before
+    /// the next phase that writes them).
+    #[inline]
+    pub(crate) unsafe fn all(&self) -> &[T] {
+        // SAFETY: the slice borrowed for 'a; no `&mut` into it is alive
+        // meanwhile (the caller's contract).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
 }

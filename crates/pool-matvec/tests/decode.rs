@@ -30,7 +30,43 @@ fn decode_logits_are_bit_identical_serial_and_on_pools_of_any_width() {
                 let pool = Pool::with_spin(workers, 1000);
                 let pooled: Vec<u32> = model.decode(&pool, 3).iter().map(|v| v.to_bits()).collect();
                 assert_eq!(pooled, serial, "{format:?} with {workers} workers");
+                let phased: Vec<u32> = model
+                    .decode_phased(&pool, 3)
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect();
+                assert_eq!(phased, serial, "{format:?} phased, {workers} workers");
             }
+            // A caller-only pool runs the phased token inline.
+            let alone = Pool::with_spin(0, 0);
+            let inline: Vec<u32> = model
+                .decode_phased(&alone, 3)
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            assert_eq!(inline, serial, "{format:?} phased inline");
         }
+    });
+}
+
+/// Small enough for Miri: the phased token's shared outputs (written in
+/// grains, read whole after each barrier) checked for aliasing and races.
+#[test]
+fn a_phased_token_equals_the_fork_join_token_bit_for_bit() {
+    watched("decode_phased", |_| {
+        let config = DecodeConfig {
+            dim: 32,
+            hidden: 64,
+            layers: 1,
+            vocab: 40,
+        };
+        let model = DecodeModel::random(config, WeightFormat::F32, 3);
+        let serial = model.decode(&Serial, 2);
+        let pool = Pool::with_spin(2, 1000);
+        let phased = model.decode_phased(&pool, 2);
+        assert_eq!(
+            phased.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            serial.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
     });
 }
