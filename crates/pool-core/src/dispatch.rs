@@ -573,7 +573,10 @@ impl Shared {
         // 5. Barrier: even if the caller panicked, every ticket holder must
         //    finish before `f`'s borrow may end.
         let start = clock::ticks();
-        let spins = self.wait_for_workers(unparks > 0);
+        let (spins, yielded) = self.wait_for_workers(unparks > 0);
+        if yielded {
+            self.step_off_shared_cpu(invited);
+        }
         // A short wait reads no clock at its end (that read would delay
         // `run`'s return): its length is its spins at the calibrated cost
         // of one, and a wait that short is never foreign load.
@@ -598,9 +601,10 @@ impl Shared {
     /// worker, which the scheduler may have queued on this very CPU (wake
     /// affinity): yield early, as when oversubscribed, or that worker waits
     /// for our whole spin budget (measured: ~0.7 ms instead of ~10 µs). The
-    /// same when other processes crowd the CPUs (`load.rs`).
+    /// same when other processes crowd the CPUs (`load.rs`). Also returns
+    /// whether the wait had to yield.
     #[inline]
-    fn wait_for_workers(&self, woke_someone: bool) -> u64 {
+    fn wait_for_workers(&self, woke_someone: bool) -> (u64, bool) {
         let yield_after = if self.settings.oversubscribed || woke_someone || self.crowded() {
             OVERSUBSCRIBED_SPINS_BEFORE_YIELD
         } else {
@@ -617,7 +621,27 @@ impl Shared {
                 thread::yield_now();
             }
         }
-        u64::from(spins) + yields
+        (u64::from(spins) + yields, yields > 0)
+    }
+
+    /// After a wait that had to yield: if an invited worker last noted
+    /// this caller's CPU as its own, the two share a CPU the balancer will
+    /// not split (`colocation.rs`): the caller steps off it.
+    #[cold]
+    fn step_off_shared_cpu(&self, invited: usize) {
+        if self.settings.oversubscribed {
+            // More threads than CPUs: sharing is the plan, not an accident.
+            return;
+        }
+        let Some(cpu) = crate::colocation::current_cpu() else {
+            return;
+        };
+        let shares = self.slots[..invited]
+            .iter()
+            .any(|slot| slot.counters.cpu.get() == cpu);
+        if shares && crate::colocation::step_off(cpu) {
+            self.caller_counters.moves.add(1);
+        }
     }
 
     /// Foreign-load detection: a barrier wait far longer than the caller's

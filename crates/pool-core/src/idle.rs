@@ -47,7 +47,13 @@ pub(crate) fn wait_for_ticket(
         }
         match plan.next(shared, &mut *state) {
             Step::Spin => spin_loop(),
-            Step::Yield => thread::yield_now(),
+            Step::Yield => {
+                // Where this worker runs, for a caller that waited long
+                // (`colocation.rs`); off the hot path: yields are rare
+                // while jobs come fast.
+                slot.counters.cpu.note();
+                thread::yield_now();
+            }
             Step::Park => {
                 state.release_slot();
                 if park(shared, index, seen) {

@@ -16,6 +16,9 @@
 //! assert_eq!(out, [10, 11]);
 //! ```
 //!
+//! [`Pool::run_phased`] publishes a job once and lets its participants meet
+//! at a barrier ([`JobBarrier::wait`]) between phases.
+//!
 //! Environment: `CMF_POOL_SPIN` (a fixed spin budget; 0 parks at once;
 //! unset: the adaptive policy, see [`SpinPolicy`]).
 //! Width and placement come from `pool-topo` through [`Pool::from_env`].
@@ -23,6 +26,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 mod builder;
 mod clock;
+mod colocation;
 mod context;
 mod dispatch;
 mod env;

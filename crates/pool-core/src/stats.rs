@@ -39,6 +39,8 @@ pub(crate) struct WorkerCounters {
     pub(crate) parks: Counter,
     pub(crate) spins: Counter,
     pub(crate) panics: Counter,
+    /// The worker's CPU, noted when it yields (`colocation.rs`).
+    pub(crate) cpu: crate::colocation::NotedCpu,
 }
 
 /// The callers' counters (written by the turn holder).
@@ -51,6 +53,7 @@ pub(crate) struct CallerCounters {
     pub(crate) wait_ticks: Counter,
     pub(crate) wait_histogram: [Counter; 6],
     pub(crate) panics: Counter,
+    pub(crate) moves: Counter,
 }
 
 impl CallerCounters {
@@ -105,6 +108,10 @@ pub struct PoolStats {
     pub caller_wait_histogram: [u64; 6],
     /// Panics caught in participants (workers and callers).
     pub panics: u64,
+    /// Times a caller found an invited worker on its own CPU after a wait
+    /// that had to yield, and moved off that CPU (see docs/design.md,
+    /// "Caller and worker on one CPU").
+    pub caller_moves: u64,
 }
 
 impl PoolStats {
@@ -143,6 +150,7 @@ impl PoolStats {
                 )
             }),
             panics: d(self.panics, earlier.panics),
+            caller_moves: d(self.caller_moves, earlier.caller_moves),
         }
     }
 }
@@ -181,6 +189,7 @@ pub(crate) fn snapshot<'a>(
         caller_wait_ns: (caller.wait_ticks.get() as f64 * ns_per_tick) as u64,
         caller_wait_histogram: std::array::from_fn(|i| caller.wait_histogram[i].get()),
         panics: caller.panics.get(),
+        caller_moves: caller.moves.get(),
         ..PoolStats::default()
     };
     for w in workers {
