@@ -17,11 +17,12 @@ fn check(peer: &mut dyn Peer, kind: PeerKind, model: &DecodeModel, serial: &[u32
     let n = peer.threads();
     let name = kind.name();
     let ran: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
-    // This pool's adaptive policy may run a job inline (one participant)
-    // when other processes keep the CPUs busy; every other peer always
-    // forks to all of its threads.
+    // This pool's adaptive policy may leave workers out (none when other
+    // processes keep the CPUs busy, at most one per CPU besides the
+    // caller's when oversubscribed); every other peer always forks to all
+    // of its threads.
     let own_pool = matches!(kind, PeerKind::Pool | PeerKind::PoolAlt);
-    let width_ok = |m: usize| m == n || (own_pool && m == 1);
+    let width_ok = |m: usize| m == n || (own_pool && (1..=n).contains(&m));
     // The ping-pong floor bounces a line and runs no closure: it is the
     // floor of an empty fork-join, not a peer.
     if peer.supports(Construct::Region) && kind != PeerKind::PingPong {

@@ -251,7 +251,7 @@ impl Pool {
     /// nested runs have one participant, whose `wait` returns at once.
     pub fn run_phased(&self, f: &(dyn Fn(usize, usize, &mut JobBarrier<'_>) + Sync)) {
         let shared = &self.shared;
-        let yield_after = if shared.settings.oversubscribed || shared.crowded() {
+        let yield_after = if shared.jobs_oversubscribed() || shared.crowded() {
             OVERSUBSCRIBED_SPINS_BEFORE_YIELD
         } else {
             SPINS_BEFORE_YIELD

@@ -342,7 +342,7 @@ impl WaitPlan {
         if self.yield_every_spin {
             return Step::Yield;
         }
-        if shared.settings.oversubscribed {
+        if shared.jobs_oversubscribed() {
             return if self.spins.is_multiple_of(CHECK_EVERY) {
                 Step::Yield
             } else {
