@@ -299,8 +299,13 @@ impl Work {
                 });
                 assert_eq!(sum, REDUCTION_TOTAL, "a reduction lost a share");
             }
+            // One delay per row, whatever the range: the same work for a
+            // peer that calls per row (rayon, chili) as for one that calls
+            // per range, and as the reference.
             Construct::Rows => peer.rows(ROWS, &|start, end| {
-                delay.run(ROW_DELAY_NS * (end - start) as f64)
+                for _ in start..end {
+                    delay.run(ROW_DELAY_NS)
+                }
             }),
             Construct::Decode => {
                 std::hint::black_box(peer.decode(&self.model));

@@ -1,8 +1,10 @@
 //! Row parallelism: one dispatch, a shared cursor, grains pulled on demand.
 //!
-//! Participants pull `grain` rows at a time from one atomic cursor, so fast
-//! cores take more grains and the skew between participants collapses to one
-//! grain. Rows are never split. A job of `c` chunks invites only
+//! Participants pull chunks from one atomic cursor, so fast cores take
+//! more of them: guided chunks, a share of the rows left (see
+//! `guided_chunk`), down to a quarter of [`grain_for`], so the skew between
+//! participants at the end collapses to one small chunk. Rows are never
+//! split. A job of `c` chunks invites only
 //! `min(c - 1, n_workers)` workers: the caller takes a chunk too.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -199,16 +201,37 @@ fn pull_rows(pool: &Pool, rows: usize, f: &RowFn<'_>) {
         f(0, rows);
         return;
     }
-    // Relaxed: the RMW hands each range to exactly one participant; the
+    // Relaxed: the CAS hands each range to exactly one participant; the
     // pool's barrier orders the rows' writes before `run_limited` returns.
     let cursor = CachePadded::new(AtomicUsize::new(0));
-    pool.run_limited(invited, &|_, _| loop {
-        let start = cursor.fetch_add(grain, Ordering::Relaxed);
-        if start >= rows {
-            break;
+    let floor = (grain / 4).max(1);
+    pool.run_limited(invited, &|_, n| {
+        let mut start = cursor.load(Ordering::Relaxed);
+        while start < rows {
+            let end = start + guided_chunk(rows - start, n, floor);
+            match cursor.compare_exchange_weak(start, end, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    f(start, end);
+                    start = cursor.load(Ordering::Relaxed);
+                }
+                Err(now) => start = now,
+            }
         }
-        f(start, (start + grain).min(rows));
     });
+}
+
+/// The next chunk when `remaining` rows are left for `participants`:
+/// guided, as OpenMP's `schedule(guided)`: a share of what is left, so
+/// chunks shrink as the job ends and the participants finish within a
+/// small chunk of each other (fixed grains leave half a grain of tail on
+/// average: 8 µs of a 4096-row job on 2 CPUs, against 2 µs for a static
+/// split), while a slow or descheduled participant still holds at most a
+/// quarter of the rows. At least `floor` rows, a multiple of 4 when it can
+/// be (the kernels' stride), never more than what is left.
+fn guided_chunk(remaining: usize, participants: usize, floor: usize) -> usize {
+    let share = (remaining / (2 * participants.max(1))).max(floor);
+    let share = if share >= 4 { share & !3 } else { share };
+    share.clamp(1, remaining)
 }
 
 /// Runs `f` over `0..rows` on `pool` when given, else serially in one call.
