@@ -80,6 +80,18 @@ pub fn watched<T: Send + 'static>(
     watchdog(name, DEFAULT_LIMIT, body)
 }
 
+/// The text of a panic payload (`&str` or `String`), for tests that check
+/// which panic reached them.
+pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "<non-string payload>".to_owned()
+    }
+}
+
 /// Runs `f` with a `tracing` subscriber (WARN and above) that records the
 /// formatted events; returns `f`'s value and the captured text.
 pub fn capture_warnings<T>(f: impl FnOnce() -> T) -> (T, String) {

@@ -7,17 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use pool_core::Pool;
-use testkit::watched;
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "<non-string payload>".to_owned()
-    }
-}
+use testkit::{panic_message, watched};
 
 const PHASES: usize = if cfg!(miri) { 3 } else { 40 };
 const JOBS: usize = if cfg!(miri) { 2 } else { 50 };

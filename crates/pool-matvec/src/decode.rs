@@ -291,18 +291,9 @@ impl DecodeModel {
     /// Decodes `tokens` tokens from a fixed start on `exec`; returns the
     /// final logits (bit-identical for every executor and thread count).
     pub fn decode(&self, exec: &dyn DecodeExecutor, tokens: usize) -> Vec<f32> {
-        let (dim, hidden, vocab) = (self.config.dim, self.config.hidden, self.config.vocab);
-        let mut s = Scratch {
-            q: vec![0.0; dim],
-            k: vec![0.0; dim],
-            v: vec![0.0; dim],
-            o: vec![0.0; dim],
-            g: vec![0.0; hidden],
-            u: vec![0.0; hidden],
-            d: vec![0.0; dim],
-            logits: vec![0.0; vocab],
-        };
-        let mut x: Vec<f32> = (0..dim).map(|i| ((i % 7) as f32 - 3.0) * 0.25).collect();
+        let vocab = self.config.vocab;
+        let mut s = Scratch::new(self.config);
+        let mut x = first_input(self.config.dim);
         for _ in 0..tokens {
             self.token(exec, &mut x, &mut s);
             // Feed the next token: a deterministic function of the logits.
@@ -320,21 +311,12 @@ impl DecodeModel {
     /// a barrier follows each matvec (4 per layer). The logits are
     /// bit-identical to `decode` on any executor.
     pub fn decode_phased(&self, pool: &Pool, tokens: usize) -> Vec<f32> {
-        let (dim, hidden, vocab) = (self.config.dim, self.config.hidden, self.config.vocab);
-        let mut s = Scratch {
-            q: vec![0.0; dim],
-            k: vec![0.0; dim],
-            v: vec![0.0; dim],
-            o: vec![0.0; dim],
-            g: vec![0.0; hidden],
-            u: vec![0.0; hidden],
-            d: vec![0.0; dim],
-            logits: vec![0.0; vocab],
-        };
+        let vocab = self.config.vocab;
+        let mut s = Scratch::new(self.config);
         let cursors: Vec<AtomicUsize> = (0..self.layers.len() * 7 + 1)
             .map(|_| AtomicUsize::new(0))
             .collect();
-        let mut x: Vec<f32> = (0..dim).map(|i| ((i % 7) as f32 - 3.0) * 0.25).collect();
+        let mut x = first_input(self.config.dim);
         for _ in 0..tokens {
             // Relaxed: published to the participants by the job's dispatch.
             cursors.iter().for_each(|c| c.store(0, Ordering::Relaxed));
@@ -458,6 +440,27 @@ impl DecodeModel {
             &mut [&mut s.logits],
         );
     }
+}
+
+impl Scratch {
+    fn new(config: DecodeConfig) -> Scratch {
+        let (dim, hidden) = (config.dim, config.hidden);
+        Scratch {
+            q: vec![0.0; dim],
+            k: vec![0.0; dim],
+            v: vec![0.0; dim],
+            o: vec![0.0; dim],
+            g: vec![0.0; hidden],
+            u: vec![0.0; hidden],
+            d: vec![0.0; dim],
+            logits: vec![0.0; config.vocab],
+        }
+    }
+}
+
+/// The fixed input of the first token.
+fn first_input(dim: usize) -> Vec<f32> {
+    (0..dim).map(|i| ((i % 7) as f32 - 3.0) * 0.25).collect()
 }
 
 /// A phased token's outputs, written in disjoint grains during a phase and
