@@ -5,7 +5,20 @@
 # cargo's local overlay (so a file missing from a package, or a path
 # dependency without a version, fails here). Every crate but the loom
 # models is publishable: pool-cli's baselines come from pool-benches, whose
-# tests use pool-testkit. Cost: ~30-60 s.
+# tests use pool-testkit. Cost: ~1.5-2.5 min (the verification builds start from an empty target dir).
 set -euo pipefail
+# Cargo extracts the packaged crates of its temporary local registry
+# (target/package/tmp-registry) into $CARGO_HOME/registry/src/-<hash>/ and
+# never re-extracts a name and version it has seen: a second run from the
+# same checkout path would verify against the first run's sources. Drop
+# those copies of this workspace's crates (nothing to drop on a fresh
+# machine).
+# The same for the verification builds: cargo does not re-check a registry
+# crate's sources, so a second run would link the first run's builds of
+# this workspace's crates; they get a target dir of their own, emptied
+# first. Both only matter for a second run from one path.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/pool-{core,topo,matvec,ffi,cli,benches,testkit}-[0-9]*
+export CARGO_TARGET_DIR=target/package-verify
+rm -rf "$CARGO_TARGET_DIR"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p pool-core -p pool-topo -p pool-matvec -p pool-ffi
 cargo package --workspace --exclude loom-tests --allow-dirty
