@@ -3,7 +3,7 @@
 # benches compiled (not run) with the peers suite's crates.io peers
 # (pool-benches feature `peers`: candle, fork_union, chili, built once, in
 # the release profile), and the test that every peer does the work it is
-# timed on, in that same build. Cost: ~2-3 min cold on 2 cores, +~2.5 min
+# timed on, in that same build. Cost: ~4 min cold on 2 cores, +~4 min
 # for the peers (candle is most of it).
 set -euo pipefail
 cargo test --workspace
