@@ -20,7 +20,7 @@ use crate::disjoint::DisjointRows;
 use crate::fast::matvec_f32_fast;
 use crate::q4_0::{quantize_q4_0, BlockQ4_0};
 use crate::q8_0::{quantize_q8_0, ActivationExtras, BlockQ8_0, QK8_0};
-use crate::rows::{grain_for, RowsInto, RowsIntoFn};
+use crate::rows::{RowsInto, RowsIntoFn};
 
 /// The model shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -476,8 +476,8 @@ struct PhaseOutputs<'a> {
     logits: DisjointRows<'a, f32>,
 }
 
-/// Computes grains of `m`'s rows into `target` until `cursor` runs out:
-/// whichever participant is free takes the next grain.
+/// Computes chunks of `m`'s rows into `target` until `cursor` runs out:
+/// whichever participant is free takes the next (`pull_chunks`).
 fn share_rows(
     m: &Matrix,
     x: &Input<'_>,
@@ -485,21 +485,12 @@ fn share_rows(
     cursor: &AtomicUsize,
     n: usize,
 ) {
-    let rows = m.rows();
-    let grain = grain_for(rows, n);
-    loop {
-        // Relaxed: the RMW alone makes each grain go to one participant;
-        // the rows' values are published by the barrier after the phase.
-        let start = cursor.fetch_add(grain, Ordering::Relaxed);
-        if start >= rows {
-            break;
-        }
-        let end = (start + grain).min(rows);
-        // SAFETY: each grain is claimed once (the cursor), so no two
-        // participants hold overlapping rows; no one reads `target` whole
-        // until the barrier after this phase.
+    crate::rows::pull_chunks(cursor, m.rows(), n, |start, end| {
+        // SAFETY: `pull_chunks` hands each range to one participant, so no
+        // two hold overlapping rows; no one reads `target` whole until the
+        // barrier after this phase.
         m.rows_into(x, start, unsafe { target.rows(start, end) });
-    }
+    });
 }
 
 fn sigmoid(v: f32) -> f32 {

@@ -201,23 +201,34 @@ fn pull_rows(pool: &Pool, rows: usize, f: &RowFn<'_>) {
         f(0, rows);
         return;
     }
-    // Relaxed: the CAS hands each range to exactly one participant; the
-    // pool's barrier orders the rows' writes before `run_limited` returns.
     let cursor = CachePadded::new(AtomicUsize::new(0));
-    let floor = (grain / 4).max(1);
-    pool.run_limited(invited, &|_, n| {
-        let mut start = cursor.load(Ordering::Relaxed);
-        while start < rows {
-            let end = start + guided_chunk(rows - start, n, floor);
-            match cursor.compare_exchange_weak(start, end, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => {
-                    f(start, end);
-                    start = cursor.load(Ordering::Relaxed);
-                }
-                Err(now) => start = now,
+    pool.run_limited(invited, &|_, n| pull_chunks(&cursor, rows, n, f));
+}
+
+/// One participant's side of a row job: claims chunks of `0..rows` from
+/// `cursor` (shared by the job's `participants`, starting at 0) and calls
+/// `f(start, end)` on each until none is left. Every range goes to exactly
+/// one caller of this function. Shared by `run_rows` and the phased decode.
+pub(crate) fn pull_chunks(
+    cursor: &AtomicUsize,
+    rows: usize,
+    participants: usize,
+    mut f: impl FnMut(usize, usize),
+) {
+    let floor = (grain_for(rows, participants) / 4).max(1);
+    // Relaxed: the CAS hands each range to exactly one participant; the
+    // job's barrier orders the rows' writes before anyone reads them.
+    let mut start = cursor.load(Ordering::Relaxed);
+    while start < rows {
+        let end = start + guided_chunk(rows - start, participants, floor);
+        match cursor.compare_exchange_weak(start, end, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => {
+                f(start, end);
+                start = cursor.load(Ordering::Relaxed);
             }
+            Err(now) => start = now,
         }
-    });
+    }
 }
 
 /// The next chunk when `remaining` rows are left for `participants`:
