@@ -18,25 +18,33 @@
 //!
 //! # Memory ordering
 //!
-//! - **arrive**: each participant's `arrived.fetch_add(AcqRel)`. The
-//!   arrivals of one episode form a release sequence, so the last arriver
-//!   acquires every other participant's writes before the barrier.
-//! - **release**: the last arriver resets `arrived` to 0 (`Relaxed`), then
-//!   stores `generation + 1` with `Release`; waiters load `generation` with
-//!   `Acquire`. So every waiter sees every participant's writes before the
-//!   barrier, and sees `arrived == 0` before it arrives at the next one.
-//!   (Reset after the release store is the seeded bug
-//!   `BarrierResetAfterRelease`: a fast waiter's next arrival is then
-//!   counted into the old episode or wiped.)
-//! - A waiter reads `generation` **before** its arrival: read after, the
-//!   last arriver may already have bumped it, and the waiter would wait for
-//!   the episode after.
+//! The barrier is one monotonic arrival count: barrier `k` (from 0) of a
+//! job is complete when `arrivals` reaches `(k + 1) * n`. No reset, no
+//! separate generation word: the waiters spin on the line the arrivals
+//! write, so an episode costs one line transfer per arrival plus the
+//! waiters' re-reads (a count and a generation on two lines cost one
+//! transfer more, measured below in `docs/benchmarks.md`).
+//!
+//! - **arrive**: each participant's `arrivals.fetch_add(AcqRel)`. The
+//!   arrivals form one release sequence, so whoever reads a count at or
+//!   past its target (the last arriver through its own RMW, a waiter
+//!   through its `Acquire` load) acquires every participant's writes
+//!   before the barrier. (A `Relaxed` arrival is the seeded bug
+//!   `BarrierArrivalRelaxed`: a participant past the barrier may then miss
+//!   a write made before it.)
+//! - A participant's episode is its own arrival's: nobody reaches barrier
+//!   `k + 1` before all `n` arrivals of barrier `k`, so the tickets
+//!   `k * n .. (k + 1) * n` all belong to barrier `k`, and a fast
+//!   participant's next arrival only moves the count further past the
+//!   target of those still leaving barrier `k`.
 //! - **leave**: `left.fetch_add(Release)` after a participant's last
 //!   barrier; a waiter that loads `left` with `Acquire` and then re-loads
-//!   `generation` sees any bump the leaver made before leaving, so a
+//!   `arrivals` sees any arrival the leaver made before leaving, so a
 //!   barrier that did complete is never taken for an abandoned one.
 //! - `broken`: set `Release` by whoever finds the barrier abandoned, loaded
 //!   `Acquire`; it only makes later waits unwind sooner.
+//!
+//! The count would overflow after 2^64 arrivals, which no job lives to see.
 
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
@@ -60,8 +68,8 @@ struct Abandoned;
 /// State shared by one `run_phased` job's participants; lives on the
 /// caller's stack for the job.
 struct PhaseState {
-    arrived: CachePadded<AtomicUsize>,
-    generation: CachePadded<AtomicUsize>,
+    /// Arrivals at all of the job's barriers so far (module docs).
+    arrivals: CachePadded<AtomicUsize>,
     /// Participants whose closure has returned or unwound.
     left: AtomicUsize,
     broken: AtomicBool,
@@ -71,7 +79,8 @@ struct PhaseState {
     caller_panic: Mutex<Option<Box<dyn Any + Send>>>,
     worker_panic: Mutex<Option<Box<dyn Any + Send>>>,
     yield_after: u32,
-    reset_after_release: bool,
+    /// The seeded bug `BarrierArrivalRelaxed`.
+    arrive_relaxed: bool,
 }
 
 /// The barrier a [`Pool::run_phased`] job's participants share. Every
@@ -109,17 +118,16 @@ impl JobBarrier<'_> {
 }
 
 impl PhaseState {
-    fn new(yield_after: u32, reset_after_release: bool) -> PhaseState {
+    fn new(yield_after: u32, arrive_relaxed: bool) -> PhaseState {
         PhaseState {
-            arrived: CachePadded::new(AtomicUsize::new(0)),
-            generation: CachePadded::new(AtomicUsize::new(0)),
+            arrivals: CachePadded::new(AtomicUsize::new(0)),
             left: AtomicUsize::new(0),
             broken: AtomicBool::new(false),
             passed: Mutex::new((usize::MAX, 0)),
             caller_panic: Mutex::new(None),
             worker_panic: Mutex::new(None),
             yield_after,
-            reset_after_release,
+            arrive_relaxed,
         }
     }
 
@@ -127,24 +135,22 @@ impl PhaseState {
         if self.broken.load(Ordering::Acquire) {
             panic::resume_unwind(Box::new(Abandoned));
         }
-        // Before the arrival (module docs).
-        let generation = self.generation.load(Ordering::Acquire);
-        if self.arrived.fetch_add(1, Ordering::AcqRel) == n - 1 {
-            if self.reset_after_release {
-                self.generation
-                    .store(generation.wrapping_add(1), Ordering::Release);
-                self.arrived.store(0, Ordering::Relaxed);
-            } else {
-                self.arrived.store(0, Ordering::Relaxed);
-                self.generation
-                    .store(generation.wrapping_add(1), Ordering::Release);
-            }
+        let order = if self.arrive_relaxed {
+            Ordering::Relaxed
+        } else {
+            Ordering::AcqRel
+        };
+        let ticket = self.arrivals.fetch_add(1, order);
+        // This barrier completes at the next multiple of `n` (module docs).
+        let target = (ticket / n + 1) * n;
+        if ticket + 1 == target {
+            // The last arrival: our RMW read every earlier one.
             return;
         }
         let mut spins: u32 = 0;
-        while self.generation.load(Ordering::Acquire) == generation {
+        while self.arrivals.load(Ordering::Acquire) < target {
             if self.left.load(Ordering::Acquire) > 0
-                && self.generation.load(Ordering::Acquire) == generation
+                && self.arrivals.load(Ordering::Acquire) < target
             {
                 // A participant left without arriving here: it never will.
                 self.broken.store(true, Ordering::Release);
@@ -258,7 +264,7 @@ impl Pool {
         };
         let state = PhaseState::new(
             yield_after,
-            shared.has_bug(SeededBug::BarrierResetAfterRelease),
+            shared.has_bug(SeededBug::BarrierArrivalRelaxed),
         );
         self.run(&|idx, n| {
             let mut barrier = JobBarrier {

@@ -25,8 +25,8 @@ pub enum SeededBug {
     /// `run_sides` counts far threads before the job and each participant
     /// re-reads the flags: an inline run skips a side.
     FarCountOutsideJob,
-    /// `run_phased`'s last arriver releases the waiters before it resets
-    /// the arrival count: a fast waiter's next arrival lands in the old
-    /// count and is wiped, and the next barrier never completes.
-    BarrierResetAfterRelease,
+    /// `run_phased`'s participants count their arrival at a barrier with a
+    /// `Relaxed` RMW: a participant past the barrier may miss a write
+    /// another made before it.
+    BarrierArrivalRelaxed,
 }
