@@ -104,6 +104,17 @@ pub fn dispatch_count() -> u64 {
     DISPATCHES.load(process::Ordering::Relaxed)
 }
 
+/// How the caller's barrier wait went.
+struct BarrierWait {
+    /// Checks of `remaining` that found it non-zero (spins and yields).
+    spins: u64,
+    /// Whether the wait had to yield.
+    yielded: bool,
+    /// The clock when the wait reached `SHORT_WAIT_SPINS` checks; `None`
+    /// for a short wait, which reads no clock.
+    long_since: Option<u64>,
+}
+
 /// One worker's slot. The inbox line is written only by the caller, the
 /// `parked` line only by the worker, so neither bounces on the other's
 /// writes.
@@ -167,8 +178,11 @@ pub(crate) struct Shared {
     pub(crate) caller_counters: CachePadded<CallerCounters>,
     /// Converts `clock::ticks` to nanoseconds.
     pub(crate) ns_per_tick: f64,
-    /// Callers take turns: one job in flight per pool.
-    pub(crate) turn: Mutex<()>,
+    /// Callers take turns: one job in flight per pool. On its own line:
+    /// the caller writes it twice per job, and beside the fields a worker
+    /// reads on every job (`slots`, `contexts`) it cost each job one more
+    /// line transfer on the worker's path (docs/benchmarks.md).
+    pub(crate) turn: CachePadded<Mutex<()>>,
     /// Caller context kinds carried into every job (empty: none, one branch).
     pub(crate) contexts: Box<[process::Arc<dyn JobContext>]>,
     /// The current job's captured contexts: written by the turn holder
@@ -252,11 +266,20 @@ impl Settings {
     }
 }
 
+#[cfg(not(loom))]
 thread_local! {
     /// The pools whose jobs this thread is inside now, innermost last. A
     /// `run` on any of them from inside runs inline instead of waiting for
-    /// a turn this thread (or the job it is part of) already holds.
-    // loom's `thread_local!` takes no `const {}` initialiser.
+    /// a turn this thread (or the job it is part of) already holds. A
+    /// `const` initialiser: read three times per job on the caller and
+    /// twice on each worker, and a lazily initialised one checks its state
+    /// on every access.
+    static ACTIVE_POOLS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+// loom's `thread_local!` takes no `const {}` initialiser.
+#[cfg(loom)]
+thread_local! {
     #[allow(clippy::missing_const_for_thread_local)]
     static ACTIVE_POOLS: std::cell::RefCell<Vec<usize>> = std::cell::RefCell::new(Vec::new());
 }
@@ -278,18 +301,6 @@ pub(crate) fn with_active_pool<R>(pool: usize, f: impl FnOnce() -> R) -> R {
         active.len() - 1
     }));
     f()
-}
-
-/// Whether this thread is inside a job of `pool`, at any depth.
-#[inline]
-fn inside_pool(pool: usize) -> bool {
-    ACTIVE_POOLS.with(|active| active.borrow().contains(&pool))
-}
-
-/// Whether this thread is inside a job of any pool.
-#[inline]
-fn inside_any_pool() -> bool {
-    ACTIVE_POOLS.with(|active| !active.borrow().is_empty())
 }
 
 /// Drops a panic payload whose own `Drop` may panic: that second panic is
@@ -340,7 +351,7 @@ impl Shared {
             }),
             caller_counters: CachePadded::new(CallerCounters::default()),
             ns_per_tick: clock::ns_per_tick(),
-            turn: Mutex::new(()),
+            turn: CachePadded::new(Mutex::new(())),
             contexts: contexts.into_boxed_slice(),
             captured: CapturedContexts(UnsafeCell::new(Vec::new())),
             far: (0..workers)
@@ -400,21 +411,27 @@ impl Shared {
         let now = clock::ticks();
         load::maybe_sample(now, self.ns_per_tick);
         let invited = invited.min(self.slots.len());
+        let id = self.id();
+        // One look at this thread's pool stack: (in a job of this pool, in
+        // a job of any pool).
+        let (inside_this, inside_any) = ACTIVE_POOLS.with(|active| {
+            let active = active.borrow();
+            (active.contains(&id), !active.is_empty())
+        });
         let invited = if self.settings.linger_ns.load(process::Ordering::Relaxed) != 0 {
-            self.fit_to_free_cpus(invited, now)
+            self.fit_to_free_cpus(invited, now, inside_any)
         } else {
             invited
         };
-        let id = self.id();
         let nested_here = if self.has_bug(SeededBug::NestingSeesInnermostOnly) {
             ACTIVE_POOLS.with(|active| active.borrow().last() == Some(&id))
         } else {
-            inside_pool(id)
+            inside_this
         };
         if invited == 0 || nested_here || fork::generation() != self.fork_generation {
             return self.run_inline(f);
         }
-        let turn = if inside_any_pool() && !self.has_bug(SeededBug::NestingSeesInnermostOnly) {
+        let turn = if inside_any && !self.has_bug(SeededBug::NestingSeesInnermostOnly) {
             // Nested through another pool: never block on a turn.
             match self.turn.try_lock() {
                 Ok(guard) => guard,
@@ -433,7 +450,7 @@ impl Shared {
             }
         };
         spinners::caller_active();
-        let caller_result = self.publish_and_join(threads, invited, f);
+        let caller_result = self.publish_and_join(threads, invited, f, now);
         let worker_panic = self.take_worker_panic();
         // The captured contexts end with the job (a request's span must not
         // stay open until the next dispatch).
@@ -477,13 +494,13 @@ impl Shared {
     /// only take CPU time from another caller. Measured with two callers on
     /// 2 CPUs: 0.77-0.83x serial before.
     #[inline]
-    fn fit_to_free_cpus(&self, invited: usize, now: u64) -> usize {
+    fn fit_to_free_cpus(&self, invited: usize, now: u64, inside_any_pool: bool) -> usize {
         if invited == 0 {
             return 0;
         }
         let invited = invited.min(self.invite_cap());
         let invited = load::fit_to_free_cpus(invited, self.settings.usable_cpus);
-        if invited == 0 || inside_any_pool() {
+        if invited == 0 || inside_any_pool {
             return invited;
         }
         let window = self.settings.linger_ticks.load(process::Ordering::Relaxed);
@@ -528,12 +545,15 @@ impl Shared {
         with_active_pool(self.id(), || f(0, 1));
     }
 
-    /// Steps 1-5 of the protocol. Must hold `turn`.
+    /// Steps 1-5 of the protocol. Must hold `turn`. `now`: the clock read
+    /// `run` took on entry, the start of the caller's share for the
+    /// contention check (publishing is a small part of it).
     fn publish_and_join(
         &self,
         threads: &[Thread],
         invited: usize,
         f: &JobFn<'_>,
+        now: u64,
     ) -> Result<(), Box<dyn Any + Send + 'static>> {
         let participants = invited + 1;
         let job = Job::new(f, participants);
@@ -599,28 +619,35 @@ impl Shared {
         // After the fence drained the store buffer, this RMW is cheap.
         DISPATCHES.fetch_add(1, process::Ordering::Relaxed);
         // 4. The caller's share, as the last participant.
-        let share_start = clock::ticks();
         let caller_result = panic::catch_unwind(AssertUnwindSafe(|| {
             with_active_pool(id, || f(invited, participants))
         }));
         // 5. Barrier: even if the caller panicked, every ticket holder must
         //    finish before `f`'s borrow may end.
-        let start = clock::ticks();
-        let (spins, yielded) = self.wait_for_workers(unparks > 0);
-        if yielded {
+        let wait = self.wait_for_workers(unparks > 0);
+        if wait.yielded {
             self.step_off_shared_cpu(invited);
         }
-        // A short wait reads no clock at its end (that read would delay
-        // `run`'s return): its length is its spins at the calibrated cost
-        // of one, and a wait that short is never foreign load.
-        if spins < SHORT_WAIT_SPINS {
-            let waited = (spins as f64 * ticks_per_spin()) as u64;
-            counters.record_wait(waited, (waited as f64 * self.ns_per_tick) as u64, spins);
-        } else {
-            let waited = clock::ticks().wrapping_sub(start);
-            let waited_ns = (waited as f64 * self.ns_per_tick) as u64;
-            counters.record_wait(waited, waited_ns, spins);
-            self.note_contention(waited, waited_ns, start.wrapping_sub(share_start));
+        // A short wait reads no clock at all (a read would delay `run`'s
+        // return): its length is its spins at the calibrated cost of one,
+        // and a wait that short is never foreign load.
+        match wait.long_since {
+            None => {
+                let waited = (wait.spins as f64 * ticks_per_spin()) as u64;
+                counters.record_wait(
+                    waited,
+                    (waited as f64 * self.ns_per_tick) as u64,
+                    wait.spins,
+                );
+            }
+            Some(marked) => {
+                let start =
+                    marked.wrapping_sub((SHORT_WAIT_SPINS as f64 * ticks_per_spin()) as u64);
+                let waited = clock::ticks().wrapping_sub(start);
+                let waited_ns = (waited as f64 * self.ns_per_tick) as u64;
+                counters.record_wait(waited, waited_ns, wait.spins);
+                self.note_contention(waited, waited_ns, start.saturating_sub(now));
+            }
         }
         if caller_result.is_err() {
             counters.panics.add(1);
@@ -630,14 +657,13 @@ impl Shared {
 
     /// Waits until `remaining == 0`. Acquire: pairs with every worker's
     /// Release decrement (one release sequence), so their writes are visible.
-    /// Returns the spins it took. `woke_someone`: this dispatch unparked a
-    /// worker, which the scheduler may have queued on this very CPU (wake
-    /// affinity): yield early, as when oversubscribed, or that worker waits
-    /// for our whole spin budget (measured: ~0.7 ms instead of ~10 µs). The
-    /// same when other processes crowd the CPUs (`load.rs`). Also returns
-    /// whether the wait had to yield.
+    /// `woke_someone`: this dispatch unparked a worker, which the scheduler
+    /// may have queued on this very CPU (wake affinity): yield early, as
+    /// when oversubscribed, or that worker waits for our whole spin budget
+    /// (measured: ~0.7 ms instead of ~10 µs). The same when other processes
+    /// crowd the CPUs (`load.rs`).
     #[inline]
-    fn wait_for_workers(&self, woke_someone: bool) -> (u64, bool) {
+    fn wait_for_workers(&self, woke_someone: bool) -> BarrierWait {
         let yield_after = if self.jobs_oversubscribed() || woke_someone || self.crowded() {
             OVERSUBSCRIBED_SPINS_BEFORE_YIELD
         } else {
@@ -645,7 +671,11 @@ impl Shared {
         };
         let mut spins: u32 = 0;
         let mut yields: u64 = 0;
+        let mut long_since = None;
         while self.remaining.load(Ordering::Acquire) != 0 {
+            if long_since.is_none() && u64::from(spins) + yields == SHORT_WAIT_SPINS {
+                long_since = Some(clock::ticks());
+            }
             if spins < yield_after {
                 spins += 1;
                 spin_loop();
@@ -654,7 +684,11 @@ impl Shared {
                 thread::yield_now();
             }
         }
-        (u64::from(spins) + yields, yields > 0)
+        BarrierWait {
+            spins: u64::from(spins) + yields,
+            yielded: yields > 0,
+            long_since,
+        }
     }
 
     /// After a wait that had to yield: if an invited worker last noted
@@ -684,7 +718,8 @@ impl Shared {
     fn note_contention(&self, waited_ticks: u64, waited_ns: u64, share_ticks: u64) {
         /// Longer than a futex wake-up: below this a wait is never foreign load.
         const CONTENDED_WAIT_NS: u64 = 200_000;
-        let contended = waited_ns > CONTENDED_WAIT_NS && waited_ticks > 8 * share_ticks;
+        let contended =
+            waited_ns > CONTENDED_WAIT_NS && waited_ticks > share_ticks.saturating_mul(8);
         let flag = &self.settings.contended;
         if flag.load(process::Ordering::Relaxed) != contended {
             flag.store(contended, process::Ordering::Relaxed);

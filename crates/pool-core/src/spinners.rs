@@ -137,6 +137,11 @@ const RECENT_SLOTS: usize = 16;
 static RECENT: [crossbeam_utils::CachePadded<AtomicU64>; RECENT_SLOTS] =
     [const { crossbeam_utils::CachePadded::new(AtomicU64::new(0)) }; RECENT_SLOTS];
 
+/// Slots ever claimed: claims take the lowest free slot, so the scan reads
+/// only `RECENT[..RECENT_CLAIMED]` (one line with one caller thread).
+#[cfg(not(loom))]
+static RECENT_CLAIMED: AtomicUsize = AtomicUsize::new(0);
+
 /// No slot.
 #[cfg(not(loom))]
 const NO_SLOT: usize = usize::MAX;
@@ -173,8 +178,9 @@ crate::sync::process::thread_local! {
 
 /// Records a dispatch by the calling thread at `now` and returns how many
 /// caller threads dispatched within `window` ticks of it (this one
-/// included). Scans 16 lines, each written only by its own caller, so with
-/// one caller it reads lines that stay in this core's cache.
+/// included). Scans the claimed slots' lines, each written only by its own
+/// caller: with one caller thread, one line that stays in this core's
+/// cache.
 #[inline]
 pub(crate) fn recent_callers(now: u64, window: u64) -> usize {
     #[cfg(not(loom))]
@@ -187,6 +193,9 @@ pub(crate) fn recent_callers(now: u64, window: u64) -> usize {
                         slot.compare_exchange(0, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
                             .is_ok()
                     });
+                    if let Some(index) = claimed {
+                        RECENT_CLAIMED.fetch_max(index + 1, Ordering::Relaxed);
+                    }
                     caller.recent_slot.set(claimed.unwrap_or(NO_SLOT - 1));
                 }
                 caller.recent_slot.get()
@@ -195,7 +204,10 @@ pub(crate) fn recent_callers(now: u64, window: u64) -> usize {
         if let Some(slot) = RECENT.get(mine) {
             slot.store(now.max(1), Ordering::Relaxed);
         }
-        RECENT
+        // Relaxed: a slot claimed a moment ago by another thread and missed
+        // here only delays its count by a dispatch.
+        let claimed = RECENT_CLAIMED.load(Ordering::Relaxed).min(RECENT_SLOTS);
+        RECENT[..claimed]
             .iter()
             .filter(|slot| {
                 let last = slot.load(Ordering::Relaxed);
