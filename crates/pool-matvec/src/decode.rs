@@ -154,13 +154,9 @@ impl Matrix {
             }
             MatrixData::Q8_0(w) => {
                 let (q, extras) = x.q8_0.as_ref().expect("Input prepared for Q8_0");
-                let xq = extras.with(q);
-                let dot = crate::q8_0::select_dot(&xq);
                 let per_row = cols / QK8_0;
-                for (o, value) in out.iter_mut().enumerate() {
-                    let row = start + o;
-                    *value = dot(&w[row * per_row..(row + 1) * per_row], &xq);
-                }
+                let rows = &w[start * per_row..(start + out.len()) * per_row];
+                crate::q8_0::rows_into(None, rows, per_row, &extras.with(q), out);
             }
             MatrixData::Q4_0(w) => {
                 let (q, extras) = x.q8_0.as_ref().expect("Input prepared for Q4_0");

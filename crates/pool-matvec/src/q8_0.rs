@@ -14,7 +14,7 @@
 use half::f16;
 use pool_core::Pool;
 
-use crate::each::for_each_row;
+use crate::rows::RowsInto;
 use crate::shape::{check_block_row, check_blocks, should_parallelize};
 use crate::tier::SimdTier;
 
@@ -107,11 +107,54 @@ pub fn matvec_q8_0_prepared(
     check_blocks("matvec_q8_0", w.len(), rows, blocks_per_row);
     let extras = ActivationExtras::of(xq);
     let x = extras.with(xq);
-    let dot = select_dot(&x);
     let pool = pool.filter(|_| should_parallelize(rows, blocks_per_row * QK8_0));
-    for_each_row(pool, out, &|row, value| {
-        *value = dot(&w[row * blocks_per_row..(row + 1) * blocks_per_row], &x);
+    rows_into(pool, w, blocks_per_row, &x, out);
+}
+
+/// Rows `0..out.len()` of `w` (`blocks_per_row` blocks each) against `x`
+/// on `exec`, two rows per kernel call where the tier has a pair kernel
+/// (each row's arithmetic is the one-row kernel's: the same bits).
+pub(crate) fn rows_into(
+    exec: Option<&Pool>,
+    w: &[BlockQ8_0],
+    blocks_per_row: usize,
+    x: &Activation<'_>,
+    out: &mut [f32],
+) {
+    let (dot, dot2) = (select_dot(x), select_dot2(x));
+    let row = |r: usize| &w[r * blocks_per_row..(r + 1) * blocks_per_row];
+    exec.run_rows_into(out, &|start, chunk| {
+        let mut pairs = chunk.chunks_exact_mut(2);
+        let mut r = start;
+        for pair in &mut pairs {
+            (pair[0], pair[1]) = dot2(row(r), row(r + 1), x);
+            r += 2;
+        }
+        if let [last] = pairs.into_remainder() {
+            *last = dot(row(r), x);
+        }
     });
+}
+
+/// Two rows against one activation.
+pub(crate) type Dot2Fn = fn(&[BlockQ8_0], &[BlockQ8_0], &Activation<'_>) -> (f32, f32);
+
+/// The pair kernel for `x`: VNNI's, else two calls of the one-row kernel
+/// (`select_dot`'s choice, the scalar path for an `x` holding -128).
+fn select_dot2(x: &Activation<'_>) -> Dot2Fn {
+    #[cfg(target_arch = "x86_64")]
+    if !x.has_min && crate::tier::simd_tier() == SimdTier::Avx512 && crate::tier::has_avx512_vnni()
+    {
+        return avx512::dot2;
+    }
+    if x.has_min {
+        |w0, w1, x| (dot_scalar(w0, x), dot_scalar(w1, x))
+    } else {
+        |w0, w1, x| {
+            let dot = select_dot(x);
+            (dot(w0, x), dot(w1, x))
+        }
+    }
 }
 
 /// A Q8_0 activation and what every row's kernel needs of it, computed
@@ -285,6 +328,95 @@ mod avx512 {
         result
     }
 
+    /// Safe entry for two rows: as for `dot`.
+    pub(super) fn dot2(w0: &[BlockQ8_0], w1: &[BlockQ8_0], x: &Activation<'_>) -> (f32, f32) {
+        // SAFETY: as for `dot`: `select_dot2` returns this only when
+        // `has_avx512_vnni()`, for an `x` without -128.
+        unsafe { dot2_vnni(w0, w1, x) }
+    }
+
+    /// Two rows in one pass: each activation block loaded once for both,
+    /// each row's operations exactly `dot_vnni`'s (the same bits), two
+    /// weight streams in flight.
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 VL/VNNI, AVX2 and F16C.
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,f16c")]
+    unsafe fn dot2_vnni(w0: &[BlockQ8_0], w1: &[BlockQ8_0], x: &Activation<'_>) -> (f32, f32) {
+        let blocks = w0.len().min(w1.len()).min(x.q.len());
+        let body = blocks / blocks::LANES * blocks::LANES;
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut b = 0;
+        while b < body {
+            prefetch_ahead(
+                w0[b..].as_ptr().cast(),
+                8 * std::mem::size_of::<BlockQ8_0>(),
+            );
+            prefetch_ahead(
+                w1[b..].as_ptr().cast(),
+                8 * std::mem::size_of::<BlockQ8_0>(),
+            );
+            let mut sums0 = [_mm256_setzero_si256(); 8];
+            let mut sums1 = [_mm256_setzero_si256(); 8];
+            for k in 0..8 {
+                // SAFETY: `qs` is exactly 32 bytes: one unaligned load.
+                let vx = unsafe { _mm256_loadu_si256(x.q[b + k].qs.as_ptr().cast()) };
+                // SAFETY: the features, by this function's contract.
+                unsafe {
+                    sums0[k] = block_dots_with(&w0[b + k].qs, vx);
+                    sums1[k] = block_dots_with(&w1[b + k].qs, vx);
+                }
+            }
+            // SAFETY: b + 8 <= blocks <= x.d.len().
+            let dx = unsafe { _mm256_loadu_ps(x.d.as_ptr().add(b)) };
+            // SAFETY: the eight blocks at `b` of each row are in bounds.
+            let (dw0, dw1) = unsafe {
+                (
+                    gathered_scales(w0.as_ptr().add(b)),
+                    gathered_scales(w1.as_ptr().add(b)),
+                )
+            };
+            let sumi0 = _mm256_cvtepi32_ps(reduce8(sums0));
+            let sumi1 = _mm256_cvtepi32_ps(reduce8(sums1));
+            acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(sumi0, _mm256_mul_ps(dw0, dx)));
+            acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(sumi1, _mm256_mul_ps(dw1, dx)));
+            b += blocks::LANES;
+        }
+        let finish = |acc: __m256, w: &[BlockQ8_0]| {
+            let mut lanes = [0.0f32; 8];
+            // SAFETY: `lanes` is 32 writable bytes.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+            let mut result = blocks::reduce(lanes);
+            for (bw, bx) in w[b..blocks].iter().zip(&x.q[b..blocks]) {
+                let sumi = bw
+                    .qs
+                    .iter()
+                    .zip(&bx.qs)
+                    .map(|(&p, &q)| i32::from(p) * i32::from(q))
+                    .sum();
+                result += blocks::term(sumi, bw.d.to_f32(), bx.d.to_f32());
+            }
+            result
+        };
+        (finish(acc0, w0), finish(acc1, w1))
+    }
+
+    /// `block_dots` with the activation block already loaded.
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 VL/VNNI and AVX2.
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2")]
+    #[inline]
+    unsafe fn block_dots_with(w: &[i8; QK8_0], vx: __m256i) -> __m256i {
+        // SAFETY: the array is exactly 32 bytes: one unaligned load.
+        let vw = unsafe { _mm256_loadu_si256(w.as_ptr().cast()) };
+        let unsigned_w = _mm256_sign_epi8(vw, vw);
+        let signed_x = _mm256_sign_epi8(vx, vw);
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), unsigned_w, signed_x)
+    }
+
     /// One block's integer dot as eight i32 partial sums. Exact: `|w| <=
     /// 128` unsigned, `x * sign(w)` within -127..=127, four products per
     /// lane in i32.
@@ -295,16 +427,9 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2")]
     #[inline]
     unsafe fn block_dots(w: &[i8; QK8_0], x: &[i8; QK8_0]) -> __m256i {
-        // SAFETY: both arrays are exactly 32 bytes: one unaligned load each.
-        let (vw, vx) = unsafe {
-            (
-                _mm256_loadu_si256(w.as_ptr().cast()),
-                _mm256_loadu_si256(x.as_ptr().cast()),
-            )
-        };
-        let unsigned_w = _mm256_sign_epi8(vw, vw);
-        let signed_x = _mm256_sign_epi8(vx, vw);
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), unsigned_w, signed_x)
+        // SAFETY: the array is exactly 32 bytes: one unaligned load; the
+        // features, by this function's contract.
+        unsafe { block_dots_with(w, _mm256_loadu_si256(x.as_ptr().cast())) }
     }
 
     /// The scales of the eight blocks at `blocks` as f32: one gather of the
