@@ -140,7 +140,7 @@ fn concurrent_and_nested_callers_carry_their_own_contexts() {
                 let pool = pool.clone();
                 std::thread::spawn(move || {
                     DEVICE.with(|d| d.set(device));
-                    for _ in 0..200 {
+                    for _ in 0..if cfg!(miri) { 20 } else { 200 } {
                         pool.run(&|_, _| {
                             assert_eq!(DEVICE.with(Cell::get), device, "another caller's device");
                             // Nested: runs inline, same thread, same value.
