@@ -60,7 +60,9 @@ pub use policy::{spin_iteration_ns, SpinPolicy, DEFAULT_LINGER, MIN_ADAPTIVE_SPI
 pub use pool::Pool;
 pub use priority::{current_qos_name, QosClass, SchedPolicy};
 pub use sides::Side;
-pub use spinners::{active_callers, spinner_limit, spinning_workers, spinning_workers_high_water};
+pub use spinners::{
+    active_callers, spinner_limit, spinning_workers, spinning_workers_high_water, yielding_workers,
+};
 pub use stats::{PoolStats, WAIT_BUCKET_BOUNDS_NS};
 
 /// Hooks for the loom models in `loom-tests/`; exists only under

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use crate::clock;
 use crate::dispatch::Shared;
+use crate::seeded::SeededBug;
 use crate::spinners;
 use crate::stats::WorkerCounters;
 use crate::sync::{process, Ordering, SPIN_SCALE_SHIFT};
@@ -370,14 +371,21 @@ impl WaitPlan {
         self.parked = true;
     }
 
-    /// The wait ended with a ticket: telemetry, and the gap for the window.
+    /// The wait ended with a ticket: leave the yielders' count (a yielder
+    /// that kept its count through a job leaked one per job, and then
+    /// every slot-holding worker handed its CPU over at every checkpoint,
+    /// for good: `tests/spinner_budget.rs`), telemetry, and the gap for
+    /// the window.
     #[inline]
     pub(crate) fn got_job(
-        &self,
+        &mut self,
         shared: &Shared,
         state: &mut WaitState,
         counters: &WorkerCounters,
     ) {
+        if !shared.has_bug(SeededBug::YielderKeptThroughJob) {
+            self.stop_yielding();
+        }
         counters.spins.add(self.spun);
         if self.parked {
             counters.jobs_after_park.add(1);

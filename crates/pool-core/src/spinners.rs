@@ -253,6 +253,12 @@ pub(crate) fn caller_blocked() {
     }
 }
 
+/// Adaptive workers waiting without a spinner slot now (they yield on
+/// every spin), over all pools.
+pub fn yielding_workers() -> usize {
+    YIELDERS.load(Ordering::Relaxed)
+}
+
 /// Adaptive workers holding spinner slots now, over all pools.
 pub fn spinning_workers() -> usize {
     WORKERS.load(Ordering::Relaxed)

@@ -52,5 +52,10 @@ fn several_pools_never_spin_more_workers_than_the_process_has_cpus() {
             0,
             "every slot is given back on park or exit"
         );
+        assert_eq!(
+            pool_core::yielding_workers(),
+            0,
+            "a worker leaves the yielders' count when its wait ends, with a job too"
+        );
     });
 }
