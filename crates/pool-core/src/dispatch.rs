@@ -562,7 +562,6 @@ impl Shared {
         self.remaining.store(invited, Ordering::Relaxed);
         let counters = &*self.caller_counters;
         if invited < self.slots.len() {
-            counters.limited.add(1);
             // Re-arm the uninvited spinners' budgets. Skipped for a full job:
             // every worker gets a ticket, and a write here would pull the
             // line out of every spinner's cache on the hot path. Skipped too
@@ -574,8 +573,6 @@ impl Shared {
                 let epoch = self.epoch.load(Ordering::Relaxed);
                 self.epoch.store(epoch.wrapping_add(1), Ordering::Relaxed);
             }
-        } else {
-            counters.full.add(1);
         }
         let id = self.id();
         if !self.contexts.is_empty() {
@@ -613,15 +610,21 @@ impl Shared {
                 unparks += 1;
             }
         }
-        if unparks > 0 {
-            counters.unparks.add(unparks);
-        }
-        // After the fence drained the store buffer, this RMW is cheap.
-        DISPATCHES.fetch_add(1, process::Ordering::Relaxed);
         // 4. The caller's share, as the last participant.
         let caller_result = panic::catch_unwind(AssertUnwindSafe(|| {
             with_active_pool(id, || f(invited, participants))
         }));
+        // Bookkeeping after the share, where the workers are still busy
+        // (before it, it would delay the caller's share).
+        if unparks > 0 {
+            counters.unparks.add(unparks);
+        }
+        if invited < self.slots.len() {
+            counters.limited.add(1);
+        } else {
+            counters.full.add(1);
+        }
+        DISPATCHES.fetch_add(1, process::Ordering::Relaxed);
         // 5. Barrier: even if the caller panicked, every ticket holder must
         //    finish before `f`'s borrow may end.
         let wait = self.wait_for_workers(unparks > 0);

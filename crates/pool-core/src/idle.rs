@@ -10,14 +10,14 @@
 //! fence pair that makes a lost wakeup impossible.
 
 use crate::dispatch::Shared;
-use crate::policy::{Step, WaitPlan, WaitState};
+use crate::policy::{Pickup, Step, WaitPlan, WaitState};
 use crate::sync::{fence, spin_loop, thread, Ordering};
 
 /// Why a worker stopped waiting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wake {
-    /// A new ticket: the value now in the worker's inbox.
-    Ticket(usize),
+    /// A new ticket: the value now in the worker's inbox, and what the
+    /// wait leaves to record after the job.
+    Ticket(usize, Pickup),
     /// The pool is being dropped.
     Shutdown,
 }
@@ -37,8 +37,7 @@ pub(crate) fn wait_for_ticket(
         // inbox it wrote before visible (dispatch.rs, **publish**).
         let ticket = slot.inbox.ticket.load(Ordering::Acquire);
         if ticket != seen {
-            plan.got_job(shared, state, &slot.counters);
-            return Wake::Ticket(ticket);
+            return Wake::Ticket(ticket, plan.got_job(shared));
         }
         // Acquire: pairs with the Release store in `Pool::drop`.
         if shared.settings.shutdown.load(Ordering::Acquire) {

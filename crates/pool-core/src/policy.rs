@@ -178,6 +178,37 @@ pub(crate) enum Step {
     Park,
 }
 
+/// What a worker's wait that ended with a job leaves to record once the
+/// job is done.
+pub(crate) struct Pickup {
+    adaptive: bool,
+    parked: bool,
+    spun: u64,
+    /// Ticks from the wait's start to the ticket (adaptive waits only).
+    gap: u64,
+}
+
+impl Pickup {
+    /// Telemetry, and the gap for the window.
+    #[inline]
+    pub(crate) fn record(&self, shared: &Shared, state: &mut WaitState, counters: &WorkerCounters) {
+        counters.spins.add(self.spun);
+        if self.parked {
+            counters.jobs_after_park.add(1);
+        } else {
+            counters.jobs_hot.add(1);
+        }
+        if self.adaptive && !state.first_wait {
+            let linger = shared
+                .settings
+                .linger_ticks
+                .load(process::Ordering::Relaxed);
+            state.gaps.record(self.gap, linger);
+        }
+        state.first_wait = false;
+    }
+}
+
 /// A worker's waiting state across jobs.
 pub(crate) struct WaitState {
     gaps: GapWindow,
@@ -374,39 +405,29 @@ impl WaitPlan {
     /// The wait ended with a ticket: leave the yielders' count (a yielder
     /// that kept its count through a job leaked one per job, and then
     /// every slot-holding worker handed its CPU over at every checkpoint,
-    /// for good: `tests/spinner_budget.rs`), telemetry, and the gap for
-    /// the window.
+    /// for good: `tests/spinner_budget.rs`), and note what the telemetry
+    /// and the gap window need, to be recorded after the job
+    /// ([`Pickup::record`]): the job should not wait for bookkeeping.
     #[inline]
-    pub(crate) fn got_job(
-        &mut self,
-        shared: &Shared,
-        state: &mut WaitState,
-        counters: &WorkerCounters,
-    ) {
+    pub(crate) fn got_job(&mut self, shared: &Shared) -> Pickup {
         if !shared.has_bug(SeededBug::YielderKeptThroughJob) {
             self.stop_yielding();
         }
-        counters.spins.add(self.spun);
-        if self.parked {
-            counters.jobs_after_park.add(1);
+        // A hot pickup reads no clock (it would delay the job): the gap
+        // is its spins at the calibrated ticks per spin.
+        let gap = if !self.adaptive {
+            0
+        } else if self.parked {
+            clock::ticks().wrapping_sub(self.started)
         } else {
-            counters.jobs_hot.add(1);
+            (self.spun as f64 * ticks_per_spin()) as u64
+        };
+        Pickup {
+            adaptive: self.adaptive,
+            parked: self.parked,
+            spun: self.spun,
+            gap,
         }
-        if self.adaptive && !state.first_wait {
-            let linger = shared
-                .settings
-                .linger_ticks
-                .load(process::Ordering::Relaxed);
-            // A hot pickup reads no clock (it would delay the job): the gap
-            // is its spins at the calibrated ticks per spin.
-            let gap = if self.parked {
-                clock::ticks().wrapping_sub(self.started)
-            } else {
-                (self.spun as f64 * ticks_per_spin()) as u64
-            };
-            state.gaps.record(gap, linger);
-        }
-        state.first_wait = false;
     }
 
     /// The wait ended with shutdown.

@@ -28,7 +28,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
                 state.release_slot();
                 return;
             }
-            Wake::Ticket(ticket) => {
+            Wake::Ticket(ticket, pickup) => {
                 seen = ticket;
                 // SAFETY: we hold the ticket issued for this inbox's job and
                 // have not decremented `remaining` (invariant 1); the Acquire
@@ -64,6 +64,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
                 // visible once it reads 0. After this line the job's closure
                 // may be gone: touch nothing of it.
                 shared.remaining.fetch_sub(1, Ordering::Release);
+                pickup.record(&shared, &mut state, &slot.counters);
             }
         }
     }
