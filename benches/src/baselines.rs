@@ -217,6 +217,7 @@ unsafe fn sum_bits_avx512(data: &[f32]) -> u32 {
     let chunks = data.chunks_exact(128);
     let tail = chunks.remainder();
     for chunk in chunks {
+        prefetch_ahead(chunk.as_ptr(), 512);
         for (k, a) in acc.iter_mut().enumerate() {
             // SAFETY: `chunk` holds 128 values; lane group k is 16 of them.
             let v = unsafe { _mm512_loadu_si512(chunk.as_ptr().add(16 * k).cast()) };
@@ -230,6 +231,25 @@ unsafe fn sum_bits_avx512(data: &[f32]) -> u32 {
     tail.iter().fold(body, |s, v| s.wrapping_add(v.to_bits()))
 }
 
+/// Prefetches the lines of `len` bytes 4 KiB past `at`, as the kernels do
+/// (`pool_matvec`'s f32 and quantized kernels): a hardware prefetcher stops
+/// at each 4 KiB page, and a ceiling read without the software prefetch
+/// the kernels use would understate what memory gives them (measured: the
+/// f32 decode at 105 % of a ceiling read without it).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_ahead(at: *const f32, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let ahead = at.cast::<i8>().wrapping_add(4096);
+    let mut line = 0;
+    while line < len {
+        // SAFETY: prefetching is a hint with no preconditions; the address
+        // is computed with `wrapping_add`.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line)) };
+        line += 64;
+    }
+}
+
 /// # Safety
 ///
 /// The CPU must support AVX2.
@@ -241,6 +261,7 @@ unsafe fn sum_bits_avx2(data: &[f32]) -> u32 {
     let chunks = data.chunks_exact(32);
     let tail = chunks.remainder();
     for chunk in chunks {
+        prefetch_ahead(chunk.as_ptr(), 128);
         for (k, a) in acc.iter_mut().enumerate() {
             // SAFETY: `chunk` holds 32 values; lane group k is 8 of them.
             let v = unsafe { _mm256_loadu_si256(chunk.as_ptr().add(8 * k).cast()) };
