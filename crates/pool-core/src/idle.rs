@@ -37,7 +37,7 @@ pub(crate) fn wait_for_ticket(
         // inbox it wrote before visible (dispatch.rs, **publish**).
         let ticket = slot.inbox.ticket.load(Ordering::Acquire);
         if ticket != seen {
-            return Wake::Ticket(ticket, plan.got_job(shared));
+            return Wake::Ticket(ticket, plan.got_job(state));
         }
         // Acquire: pairs with the Release store in `Pool::drop`.
         if shared.settings.shutdown.load(Ordering::Acquire) {

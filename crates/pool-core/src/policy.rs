@@ -186,12 +186,20 @@ pub(crate) struct Pickup {
     spun: u64,
     /// Ticks from the wait's start to the ticket (adaptive waits only).
     gap: u64,
+    /// In the yielders' count (a slot-less worker) until `record`.
+    yielder: bool,
 }
 
 impl Pickup {
-    /// Telemetry, and the gap for the window.
+    /// After the job: leave the yielders' count if in it (a worker that
+    /// kept it leaked one count per job, and then every slot-holding
+    /// worker handed its CPU over at every checkpoint for good:
+    /// `tests/spinner_budget.rs`), telemetry, and the gap for the window.
     #[inline]
     pub(crate) fn record(&self, shared: &Shared, state: &mut WaitState, counters: &WorkerCounters) {
+        if self.yielder && !shared.has_bug(SeededBug::YielderCountLeaked) {
+            spinners::yielding(false);
+        }
         counters.spins.add(self.spun);
         if self.parked {
             counters.jobs_after_park.add(1);
@@ -402,17 +410,11 @@ impl WaitPlan {
         self.parked = true;
     }
 
-    /// The wait ended with a ticket: leave the yielders' count (a yielder
-    /// that kept its count through a job leaked one per job, and then
-    /// every slot-holding worker handed its CPU over at every checkpoint,
-    /// for good: `tests/spinner_budget.rs`), and note what the telemetry
-    /// and the gap window need, to be recorded after the job
+    /// The wait ended with a ticket: note what the telemetry, the gap
+    /// window and the yielders' count need, to be settled after the job
     /// ([`Pickup::record`]): the job should not wait for bookkeeping.
     #[inline]
-    pub(crate) fn got_job(&mut self, shared: &Shared) -> Pickup {
-        if !shared.has_bug(SeededBug::YielderKeptThroughJob) {
-            self.stop_yielding();
-        }
+    pub(crate) fn got_job(&mut self, state: &WaitState) -> Pickup {
         // A hot pickup reads no clock (it would delay the job): the gap
         // is its spins at the calibrated ticks per spin.
         let gap = if !self.adaptive {
@@ -422,11 +424,28 @@ impl WaitPlan {
         } else {
             (self.spun as f64 * ticks_per_spin()) as u64
         };
+        // A slot-less worker is in the yielders' count through its job: it
+        // needs a CPU that the slot holders hand over at their checkpoints
+        // (`others_yielding`). One that parked left the count, and joins
+        // it again here. The pickup leaves the count after the job.
+        // (Measured: two pools used in turn by one thread, 2 CPUs, the
+        // other pool's worker spinning on its slot while this one and the
+        // caller shared the other CPU: 24-34 tokens/s, the serial speed,
+        // against 39-41 with the slot holder handing over.)
+        let yielder = if std::mem::replace(&mut self.yielder, false) {
+            true
+        } else if self.adaptive && !state.has_spinner_slot {
+            spinners::yielding(true);
+            true
+        } else {
+            false
+        };
         Pickup {
             adaptive: self.adaptive,
             parked: self.parked,
             spun: self.spun,
             gap,
+            yielder,
         }
     }
 

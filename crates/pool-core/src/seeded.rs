@@ -29,8 +29,8 @@ pub enum SeededBug {
     /// `Relaxed` RMW: a participant past the barrier may miss a write
     /// another made before it.
     BarrierArrivalRelaxed,
-    /// A worker without a spinner slot keeps its place in the yielders'
-    /// count when its wait ends with a job: one leaked count per job, and
+    /// A worker without a spinner slot does not give its place in the
+    /// yielders' count back after a job: one leaked count per job, and
     /// every slot-holding worker then yields at every checkpoint for good.
-    YielderKeptThroughJob,
+    YielderCountLeaked,
 }
