@@ -312,11 +312,19 @@ mod avx512 {
             acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, d));
             b += blocks::LANES;
         }
+        finish(acc, &w[b..blocks], &x.q[b..blocks])
+    }
+
+    /// The lanes' fixed reduction, then the tail blocks (`w` and `x` from
+    /// the end of the eight-block body on) in block order.
+    #[target_feature(enable = "avx512f,avx512vl,avx2")]
+    #[inline]
+    fn finish(acc: __m256, w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
         let mut lanes = [0.0f32; 8];
         // SAFETY: `lanes` is 32 writable bytes.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
         let mut result = blocks::reduce(lanes);
-        for (bw, bx) in w[b..blocks].iter().zip(&x.q[b..blocks]) {
+        for (bw, bx) in w.iter().zip(x) {
             let sumi = bw
                 .qs
                 .iter()
@@ -383,23 +391,11 @@ mod avx512 {
             acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(sumi1, _mm256_mul_ps(dw1, dx)));
             b += blocks::LANES;
         }
-        let finish = |acc: __m256, w: &[BlockQ8_0]| {
-            let mut lanes = [0.0f32; 8];
-            // SAFETY: `lanes` is 32 writable bytes.
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-            let mut result = blocks::reduce(lanes);
-            for (bw, bx) in w[b..blocks].iter().zip(&x.q[b..blocks]) {
-                let sumi = bw
-                    .qs
-                    .iter()
-                    .zip(&bx.qs)
-                    .map(|(&p, &q)| i32::from(p) * i32::from(q))
-                    .sum();
-                result += blocks::term(sumi, bw.d.to_f32(), bx.d.to_f32());
-            }
-            result
-        };
-        (finish(acc0, w0), finish(acc1, w1))
+        let tail = &x.q[b..blocks];
+        (
+            finish(acc0, &w0[b..blocks], tail),
+            finish(acc1, &w1[b..blocks], tail),
+        )
     }
 
     /// `block_dots` with the activation block already loaded.
