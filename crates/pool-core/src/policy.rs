@@ -191,7 +191,8 @@ pub(crate) struct Pickup {
 }
 
 impl Pickup {
-    /// After the job: leave the yielders' count if in it (a worker that
+    /// After the work, before the decrement: leave the yielders' count if
+    /// in it (a worker that
     /// kept it leaked one count per job, and then every slot-holding
     /// worker handed its CPU over at every checkpoint for good:
     /// `tests/spinner_budget.rs`), telemetry, and the gap for the window.
@@ -411,8 +412,10 @@ impl WaitPlan {
     }
 
     /// The wait ended with a ticket: note what the telemetry, the gap
-    /// window and the yielders' count need, to be settled after the job
-    /// ([`Pickup::record`]): the job should not wait for bookkeeping.
+    /// window and the yielders' count need, to be settled after the work
+    /// and before the job's decrement ([`Pickup::record`]): the work
+    /// should not wait for bookkeeping, and `stats()` read after `run`
+    /// must count the job.
     #[inline]
     pub(crate) fn got_job(&mut self, state: &WaitState) -> Pickup {
         // A hot pickup reads no clock (it would delay the job): the gap

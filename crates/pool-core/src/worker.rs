@@ -59,12 +59,17 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
                     slot.counters.panics.add(1);
                     shared.record_worker_panic(payload);
                 }
+                // After the work, before the decrement: `stats()` read
+                // once `run` returns counts this job (recorded after the
+                // decrement, Miri caught the last job missing; the
+                // telemetry is plain atomics, so loom cannot: the test
+                // `stats_read_right_after_run_count_every_job` can).
+                pickup.record(&shared, &mut state, &slot.counters);
                 // Release: pairs with the caller's Acquire load of
                 // `remaining`; our share's writes and any recorded panic are
                 // visible once it reads 0. After this line the job's closure
                 // may be gone: touch nothing of it.
                 shared.remaining.fetch_sub(1, Ordering::Release);
-                pickup.record(&shared, &mut state, &slot.counters);
             }
         }
     }

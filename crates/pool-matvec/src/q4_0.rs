@@ -280,6 +280,21 @@ mod avx2 {
         result
     }
 
+    /// A block's 32 nibbles as unsigned bytes in weight order: the 16
+    /// packed bytes broadcast to both 128-bit halves (a load-port
+    /// `vbroadcasti128`), the upper half shifted right by 4, both masked to
+    /// 4 bits: low nibbles (weights 0..16), then high (16..32). Off the
+    /// shuffle port that a `vinserti128` of two halves would take per
+    /// block.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(super) fn unpack(qs: &[u8; 16]) -> __m256i {
+        // SAFETY: `qs` is exactly 16 bytes: one unaligned load.
+        let packed = _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(qs.as_ptr().cast()) });
+        let shifted = _mm256_srlv_epi64(packed, _mm256_setr_epi64x(0, 0, 4, 4));
+        _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F))
+    }
+
     /// Eight i32 partial sums of `nibble * x` over one block: the nibbles
     /// unpacked in weight order (low nibbles, then high) as unsigned bytes
     /// (0..=15), so `maddubs` pairs stay far within i16 for any `x`.
@@ -291,15 +306,8 @@ mod avx2 {
     #[inline]
     unsafe fn nibble_sums(w: &BlockQ4_0, x: &[i8; 32]) -> __m256i {
         // SAFETY: `qs` is exactly 16 bytes, `x` exactly 32.
-        let (packed, vx) = unsafe {
-            (
-                _mm_loadu_si128(w.qs.as_ptr().cast()),
-                _mm256_loadu_si256(x.as_ptr().cast()),
-            )
-        };
-        let low = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
-        let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0F));
-        let nibbles = _mm256_set_m128i(high, low);
+        let vx = unsafe { _mm256_loadu_si256(x.as_ptr().cast()) };
+        let nibbles = unpack(&w.qs);
         _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles, vx), _mm256_set1_epi16(1))
     }
 }
@@ -310,6 +318,7 @@ mod avx2 {
 mod avx512 {
     use std::arch::x86_64::*;
 
+    use super::avx2::unpack;
     use super::{Activation, BlockQ4_0};
     use crate::blocks;
     use crate::q8_0::simd::{prefetch_ahead, reduce8};
@@ -407,11 +416,7 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2")]
     #[inline]
     unsafe fn nibble_dots_with(w: &BlockQ4_0, vx: __m256i) -> __m256i {
-        // SAFETY: `qs` is exactly 16 bytes.
-        let packed = unsafe { _mm_loadu_si128(w.qs.as_ptr().cast()) };
-        let low = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
-        let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0F));
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set_m128i(high, low), vx)
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack(&w.qs), vx)
     }
 
     /// # Safety
@@ -465,15 +470,8 @@ mod avx512 {
     #[inline]
     unsafe fn nibble_dots(w: &BlockQ4_0, x: &[i8; 32]) -> __m256i {
         // SAFETY: `qs` is exactly 16 bytes, `x` exactly 32.
-        let (packed, vx) = unsafe {
-            (
-                _mm_loadu_si128(w.qs.as_ptr().cast()),
-                _mm256_loadu_si256(x.as_ptr().cast()),
-            )
-        };
-        let low = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
-        let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0F));
-        let nibbles = _mm256_set_m128i(high, low);
+        let vx = unsafe { _mm256_loadu_si256(x.as_ptr().cast()) };
+        let nibbles = unpack(&w.qs);
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), nibbles, vx)
     }
 
