@@ -192,10 +192,10 @@ pub(crate) struct Pickup {
 
 impl Pickup {
     /// After the work, before the decrement: leave the yielders' count if
-    /// in it (a worker that
-    /// kept it leaked one count per job, and then every slot-holding
-    /// worker handed its CPU over at every checkpoint for good:
-    /// `tests/spinner_budget.rs`), telemetry, and the gap for the window.
+    /// in it (a worker that kept it leaked one count per job, and then
+    /// every slot-holding worker handed its CPU over at every checkpoint
+    /// for good: `tests/spinner_budget.rs`), telemetry, and the gap for
+    /// the window.
     #[inline]
     pub(crate) fn record(&self, shared: &Shared, state: &mut WaitState, counters: &WorkerCounters) {
         if self.yielder && !shared.has_bug(SeededBug::YielderCountLeaked) {

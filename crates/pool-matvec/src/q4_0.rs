@@ -136,12 +136,17 @@ pub(crate) fn rows_into(
     out: &mut [f32],
 ) {
     let (dot, dot2) = (select_dot(), select_dot2());
+    // The tier's pair kernel, else the one-row kernel twice (chosen once).
+    let two_rows = |w0: &[_], w1: &[_]| match dot2 {
+        Some(dot2) => dot2(w0, w1, x),
+        None => (dot(w0, x), dot(w1, x)),
+    };
     let row = |r: usize| &w[r * blocks_per_row..(r + 1) * blocks_per_row];
     exec.run_rows_into(out, &|start, chunk| {
         let mut pairs = chunk.chunks_exact_mut(2);
         let mut r = start;
         for pair in &mut pairs {
-            (pair[0], pair[1]) = dot2(row(r), row(r + 1), x);
+            (pair[0], pair[1]) = two_rows(row(r), row(r + 1));
             r += 2;
         }
         if let [last] = pairs.into_remainder() {
@@ -153,16 +158,14 @@ pub(crate) fn rows_into(
 /// Two rows against one activation.
 pub(crate) type Dot2Fn = fn(&[BlockQ4_0], &[BlockQ4_0], &Activation<'_>) -> (f32, f32);
 
-/// The tier's pair kernel: VNNI's, else two calls of the one-row kernel.
-fn select_dot2() -> Dot2Fn {
+/// The tier's pair kernel where it has one (VNNI); `None`: the caller
+/// runs the one-row kernel twice.
+fn select_dot2() -> Option<Dot2Fn> {
     #[cfg(target_arch = "x86_64")]
     if crate::tier::simd_tier() == SimdTier::Avx512 && crate::tier::has_avx512_vnni() {
-        return avx512::dot2;
+        return Some(avx512::dot2);
     }
-    |w0, w1, x| {
-        let dot = select_dot();
-        (dot(w0, x), dot(w1, x))
-    }
+    None
 }
 
 /// One row's dot product with a Q8_0 activation, scalar path: the

@@ -122,12 +122,17 @@ pub(crate) fn rows_into(
     out: &mut [f32],
 ) {
     let (dot, dot2) = (select_dot(x), select_dot2(x));
+    // The tier's pair kernel, else the one-row kernel twice (chosen once).
+    let two_rows = |w0: &[_], w1: &[_]| match dot2 {
+        Some(dot2) => dot2(w0, w1, x),
+        None => (dot(w0, x), dot(w1, x)),
+    };
     let row = |r: usize| &w[r * blocks_per_row..(r + 1) * blocks_per_row];
     exec.run_rows_into(out, &|start, chunk| {
         let mut pairs = chunk.chunks_exact_mut(2);
         let mut r = start;
         for pair in &mut pairs {
-            (pair[0], pair[1]) = dot2(row(r), row(r + 1), x);
+            (pair[0], pair[1]) = two_rows(row(r), row(r + 1));
             r += 2;
         }
         if let [last] = pairs.into_remainder() {
@@ -139,22 +144,16 @@ pub(crate) fn rows_into(
 /// Two rows against one activation.
 pub(crate) type Dot2Fn = fn(&[BlockQ8_0], &[BlockQ8_0], &Activation<'_>) -> (f32, f32);
 
-/// The pair kernel for `x`: VNNI's, else two calls of the one-row kernel
-/// (`select_dot`'s choice, the scalar path for an `x` holding -128).
-fn select_dot2(x: &Activation<'_>) -> Dot2Fn {
+/// The pair kernel for `x` where the tier has one (VNNI, an `x` without
+/// -128); `None`: the caller runs the one-row kernel twice.
+fn select_dot2(x: &Activation<'_>) -> Option<Dot2Fn> {
     #[cfg(target_arch = "x86_64")]
     if !x.has_min && crate::tier::simd_tier() == SimdTier::Avx512 && crate::tier::has_avx512_vnni()
     {
-        return avx512::dot2;
+        return Some(avx512::dot2);
     }
-    if x.has_min {
-        |w0, w1, x| (dot_scalar(w0, x), dot_scalar(w1, x))
-    } else {
-        |w0, w1, x| {
-            let dot = select_dot(x);
-            (dot(w0, x), dot(w1, x))
-        }
-    }
+    let _ = x;
+    None
 }
 
 /// A Q8_0 activation and what every row's kernel needs of it, computed
