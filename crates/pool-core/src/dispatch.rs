@@ -696,7 +696,8 @@ impl Shared {
 
     /// After a wait that had to yield: if an invited worker last noted
     /// this caller's CPU as its own, the two share a CPU the balancer will
-    /// not split (`colocation.rs`): the caller steps off it.
+    /// not split (`colocation.rs`): the worker moves off it, or, pinned
+    /// there, the caller does.
     #[cold]
     fn step_off_shared_cpu(&self, invited: usize) {
         if self.jobs_oversubscribed() {
@@ -706,10 +707,13 @@ impl Shared {
         let Some(cpu) = crate::colocation::current_cpu() else {
             return;
         };
-        let shares = self.slots[..invited]
+        let Some(slot) = self.slots[..invited]
             .iter()
-            .any(|slot| slot.counters.cpu.get() == cpu);
-        if shares && crate::colocation::step_off(cpu) {
+            .find(|slot| slot.counters.cpu.get() == cpu)
+        else {
+            return;
+        };
+        if slot.counters.cpu.move_off(cpu) || crate::colocation::step_off(cpu) {
             self.caller_counters.moves.add(1);
         }
     }

@@ -109,8 +109,9 @@ pub struct PoolStats {
     /// Panics caught in participants (workers and callers).
     pub panics: u64,
     /// Times a caller found an invited worker on its own CPU after a wait
-    /// that had to yield, and moved off that CPU (see docs/design.md,
-    /// "Caller and worker on one CPU").
+    /// that had to yield, and moved one of the two off that CPU (the
+    /// worker, or the caller when the worker is pinned there; see
+    /// docs/design.md, "Caller and worker on one CPU").
     pub caller_moves: u64,
 }
 
