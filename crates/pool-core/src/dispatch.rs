@@ -429,6 +429,11 @@ impl Shared {
             inside_this
         };
         if invited == 0 || nested_here || fork::generation() != self.fork_generation {
+            if invited == 0 && !inside_any {
+                // A caller running its job alone is still a busy caller
+                // (`spinners::as_busy_caller`).
+                return spinners::as_busy_caller(|| self.run_inline(f));
+            }
             return self.run_inline(f);
         }
         let turn = if inside_any && !self.has_bug(SeededBug::NestingSeesInnermostOnly) {

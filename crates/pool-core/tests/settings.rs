@@ -224,6 +224,67 @@ fn callers_that_fill_the_cpus_run_their_adaptive_jobs_inline() {
     });
 }
 
+/// Callers that fill the CPUs, each alternating a job longer than the
+/// linger window (run inline, alone: an engine's 32000-row classifier) and
+/// a short one. A caller inside its long inline job is still busy: before
+/// it was marked so, the other caller's short job saw it as idle once its
+/// dispatch was older than the window, invited a worker that had no CPU to
+/// run on, and waited milliseconds for it (one pool shared by two callers:
+/// 0.83x the serial loop). With that code this test saw 29-68 % of the
+/// short jobs invite a worker (checked by hand, three runs); with the
+/// mark, 0-2 %.
+#[test]
+fn a_caller_inside_a_long_inline_job_still_counts_as_busy() {
+    watched("long_inline_jobs", |_| {
+        let _turn = one_at_a_time();
+        let limit = pool_core::spinner_limit();
+        if !(2..=8).contains(&limit) {
+            eprintln!("needs 2-8 usable CPUs (one caller each): skipping");
+            return;
+        }
+        let linger = Duration::from_millis(2);
+        let start = std::sync::Barrier::new(limit);
+        let window = Duration::from_millis(300);
+        let counts: Vec<(usize, usize)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..limit)
+                .map(|_| {
+                    let start = &start;
+                    scope.spawn(move || {
+                        let pool = Pool::builder()
+                            .workers(1)
+                            .spin_policy(SpinPolicy::Adaptive { linger })
+                            .build()
+                            .unwrap();
+                        start.wait();
+                        let end = Instant::now() + window;
+                        let (mut short_jobs, mut invited) = (0, 0);
+                        while Instant::now() < end {
+                            pool.run(&|_, n| busy(3 * linger / n as u32));
+                            let seen = std::sync::atomic::AtomicUsize::new(0);
+                            pool.run(&|_, n| {
+                                seen.store(n, std::sync::atomic::Ordering::Relaxed);
+                            });
+                            short_jobs += 1;
+                            invited += usize::from(seen.into_inner() > 1);
+                        }
+                        (short_jobs, invited)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        // The first jobs may invite (the others not yet seen); a loaded
+        // machine may stagger the callers a little more.
+        for (caller, (jobs, invited)) in counts.iter().enumerate() {
+            eprintln!("caller {caller}: {invited} of {jobs} short jobs invited a worker");
+            assert!(
+                *invited * 4 <= *jobs,
+                "caller {caller}: {invited} of {jobs} short jobs invited a worker"
+            );
+        }
+    });
+}
+
 #[test]
 #[cfg(target_os = "linux")]
 fn a_pool_from_a_plan_pins_its_caller_to_the_cpu_the_plan_kept() {
