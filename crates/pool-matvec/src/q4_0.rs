@@ -202,6 +202,10 @@ pub(crate) fn select_dot() -> DotFn {
 /// The kernel `tier` runs (an available tier).
 fn kernel_for(tier: SimdTier) -> DotFn {
     match tier {
+        #[cfg(target_arch = "aarch64")]
+        SimdTier::Neon if crate::tier::has_neon_dotprod() => neon::dot_sdot,
+        #[cfg(target_arch = "aarch64")]
+        SimdTier::Neon => neon::dot_mull,
         #[cfg(target_arch = "x86_64")]
         SimdTier::Avx512 if crate::tier::has_avx512_vnni() => avx512::dot,
         #[cfg(target_arch = "x86_64")]
@@ -505,5 +509,74 @@ mod avx512 {
         // guarantees the eight blocks.
         let words = unsafe { _mm256_i32gather_epi32::<1>(blocks.cast(), offsets) };
         _mm256_cvtph_ps(_mm256_cvtepi32_epi16(words))
+    }
+}
+
+/// NEON: the nibbles unpacked to signed bytes (`nibble - 8`), then Q8_0's
+/// NEON block dot and float order (`q8_0::neon`): the scalar path's bits.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    use super::{Activation, BlockQ4_0};
+    use crate::q8_0::neon::{accumulate, dot32_mull, dot32_sdot, halves};
+
+    /// Safe entry: selected for the NEON tier when the CPU has `dotprod`.
+    pub(super) fn dot_sdot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
+        // SAFETY: `kernel_for` returns this only for an available NEON
+        // tier with `has_neon_dotprod()`.
+        unsafe { q4_0_sdot(w, x) }
+    }
+
+    /// Safe entry: selected for the NEON tier without `dotprod`.
+    pub(super) fn dot_mull(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
+        // SAFETY: `kernel_for` returns this only for an available NEON
+        // tier.
+        unsafe { q4_0_mull(w, x) }
+    }
+
+    /// # Safety
+    ///
+    /// NEON and the dot-product extension.
+    #[target_feature(enable = "neon,dotprod")]
+    unsafe fn q4_0_sdot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
+        let blocks = w.len().min(x.q.len());
+        // The closures inherit this function's features.
+        accumulate(
+            blocks,
+            x.d,
+            |b| w[b].d.to_f32(),
+            |b| dot32_sdot(signed_nibbles(&w[b].qs), halves(&x.q[b].qs)),
+        )
+    }
+
+    /// # Safety
+    ///
+    /// NEON.
+    #[target_feature(enable = "neon")]
+    unsafe fn q4_0_mull(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
+        let blocks = w.len().min(x.q.len());
+        accumulate(
+            blocks,
+            x.d,
+            |b| w[b].d.to_f32(),
+            |b| dot32_mull(signed_nibbles(&w[b].qs), halves(&x.q[b].qs)),
+        )
+    }
+
+    /// A block's 32 weights as signed bytes in weight order: the low
+    /// nibbles (weights 0..16), then the high (16..32), each minus 8.
+    #[target_feature(enable = "neon")]
+    #[inline]
+    fn signed_nibbles(qs: &[u8; 16]) -> [int8x16_t; 2] {
+        // SAFETY: `qs` is exactly 16 bytes: one load.
+        let packed = unsafe { vld1q_u8(qs.as_ptr()) };
+        let low = vandq_u8(packed, vdupq_n_u8(0x0F));
+        let high = vshrq_n_u8::<4>(packed);
+        let eight = vdupq_n_s8(8);
+        [
+            vsubq_s8(vreinterpretq_s8_u8(low), eight),
+            vsubq_s8(vreinterpretq_s8_u8(high), eight),
+        ]
     }
 }

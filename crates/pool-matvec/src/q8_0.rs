@@ -163,8 +163,11 @@ fn select_dot2(x: &Activation<'_>) -> Option<Dot2Fn> {
 #[derive(Clone, Copy)]
 pub(crate) struct Activation<'a> {
     pub(crate) q: &'a [BlockQ8_0],
-    // Read by the x86_64 SIMD paths only (aarch64 runs the scalar path).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    // Read by the SIMD paths (NEON reads the scales only).
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     pub(crate) d: &'a [f32],
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) sum: &'a [i32],
@@ -243,6 +246,15 @@ pub(crate) fn select_dot(x: &Activation<'_>) -> DotFn {
 
 /// The kernel `tier` runs for `x` (an available tier).
 fn kernel_for(tier: SimdTier, x: &Activation<'_>) -> DotFn {
+    // NEON multiplies signed by signed: exact for any `x`, -128 included.
+    #[cfg(target_arch = "aarch64")]
+    if tier == SimdTier::Neon {
+        return if crate::tier::has_neon_dotprod() {
+            neon::dot_sdot
+        } else {
+            neon::dot_mull
+        };
+    }
     if x.has_min {
         return dot_scalar;
     }
@@ -454,6 +466,164 @@ mod avx512 {
         // guarantees the eight blocks.
         let words = unsafe { _mm256_i32gather_epi32::<1>(blocks.cast(), offsets) };
         _mm256_cvtph_ps(_mm256_cvtepi32_epi16(words))
+    }
+}
+
+/// NEON: each block's exact integer dot (`sdot` where the CPU has the
+/// dot-product extension, else widening multiplies), eight blocks' terms
+/// in two 4-lane vectors: `blocks.rs`'s order, lane for lane, so the bits
+/// of the scalar path. Signed times signed, so exact for any activation.
+/// Run in CI under qemu-user (`scripts/stages/35-aarch64.sh`), with and
+/// without the dot-product extension; no aarch64 host measured it.
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon {
+    use std::arch::aarch64::*;
+    use std::arch::asm;
+
+    use super::{Activation, BlockQ8_0};
+    use crate::blocks;
+
+    /// Safe entry: selected for the NEON tier when the CPU has `dotprod`.
+    pub(super) fn dot_sdot(w: &[BlockQ8_0], x: &Activation<'_>) -> f32 {
+        // SAFETY: `kernel_for` returns this only for an available NEON
+        // tier with `has_neon_dotprod()`.
+        unsafe { q8_0_sdot(w, x) }
+    }
+
+    /// Safe entry: selected for the NEON tier without `dotprod`.
+    pub(super) fn dot_mull(w: &[BlockQ8_0], x: &Activation<'_>) -> f32 {
+        // SAFETY: `kernel_for` returns this only for an available NEON
+        // tier.
+        unsafe { q8_0_mull(w, x) }
+    }
+
+    /// # Safety
+    ///
+    /// NEON and the dot-product extension.
+    #[target_feature(enable = "neon,dotprod")]
+    unsafe fn q8_0_sdot(w: &[BlockQ8_0], x: &Activation<'_>) -> f32 {
+        let blocks = w.len().min(x.q.len());
+        // The closures inherit this function's features.
+        accumulate(
+            blocks,
+            x.d,
+            |b| w[b].d.to_f32(),
+            |b| dot32_sdot(halves(&w[b].qs), halves(&x.q[b].qs)),
+        )
+    }
+
+    /// # Safety
+    ///
+    /// NEON.
+    #[target_feature(enable = "neon")]
+    unsafe fn q8_0_mull(w: &[BlockQ8_0], x: &Activation<'_>) -> f32 {
+        let blocks = w.len().min(x.q.len());
+        accumulate(
+            blocks,
+            x.d,
+            |b| w[b].d.to_f32(),
+            |b| dot32_mull(halves(&w[b].qs), halves(&x.q[b].qs)),
+        )
+    }
+
+    /// A block's 32 values as two 16-byte vectors.
+    #[target_feature(enable = "neon")]
+    #[inline]
+    pub(crate) fn halves(q: &[i8; 32]) -> [int8x16_t; 2] {
+        // SAFETY: `q` is exactly 32 bytes: two 16-byte loads.
+        unsafe { [vld1q_s8(q.as_ptr()), vld1q_s8(q.as_ptr().add(16))] }
+    }
+
+    /// `acc + ` four-way dot products of `a` and `b`'s signed bytes per
+    /// i32 lane (`sdot`; inline asm: the intrinsic is not stable).
+    #[target_feature(enable = "neon,dotprod")]
+    #[inline]
+    fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        // SAFETY: `sdot` reads and writes registers only; the
+        // dot-product extension is enabled for this function.
+        unsafe {
+            asm!(
+                "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+                acc = inout(vreg) acc,
+                a = in(vreg) a,
+                b = in(vreg) b,
+                options(pure, nomem, nostack, preserves_flags)
+            );
+        }
+        acc
+    }
+
+    /// The exact integer dot of 32 signed bytes by `sdot`: four products
+    /// per i32 lane (each within 2^14), then the lanes summed.
+    #[target_feature(enable = "neon,dotprod")]
+    #[inline]
+    pub(crate) fn dot32_sdot(w: [int8x16_t; 2], x: [int8x16_t; 2]) -> i32 {
+        let acc = sdot(sdot(vdupq_n_s32(0), w[0], x[0]), w[1], x[1]);
+        vaddvq_s32(acc)
+    }
+
+    /// The exact integer dot of 32 signed bytes by widening multiplies:
+    /// i16 products (within 2^14), added pairwise into i32 lanes.
+    #[target_feature(enable = "neon")]
+    #[inline]
+    pub(crate) fn dot32_mull(w: [int8x16_t; 2], x: [int8x16_t; 2]) -> i32 {
+        let mut acc = vdupq_n_s32(0);
+        for (w, x) in w.into_iter().zip(x) {
+            acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(w), vget_low_s8(x)));
+            acc = vpadalq_s16(acc, vmull_high_s8(w, x));
+        }
+        vaddvq_s32(acc)
+    }
+
+    /// `blocks.rs`'s order for `blocks` blocks: block `b`'s term is
+    /// `sumi(b) as f32 * (d_w(b) * d_x[b])`, eight blocks' terms added to
+    /// lanes 0..4 and 4..8 of two vectors, the lanes reduced by
+    /// `blocks::reduce`, the tail added in block order.
+    #[target_feature(enable = "neon")]
+    #[inline]
+    pub(crate) fn accumulate(
+        blocks: usize,
+        d_x: &[f32],
+        d_w: impl Fn(usize) -> f32,
+        mut sumi: impl FnMut(usize) -> i32,
+    ) -> f32 {
+        let body = blocks / blocks::LANES * blocks::LANES;
+        let (mut acc_lo, mut acc_hi) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
+        let mut b = 0;
+        while b < body {
+            let sums: [i32; 8] = std::array::from_fn(|k| sumi(b + k));
+            let dw: [f32; 8] = std::array::from_fn(|k| d_w(b + k));
+            let dx = &d_x[b..b + 8];
+            // SAFETY: `sums`, `dw` and `dx` are 8 values each: two 4-lane
+            // loads apiece.
+            let (s_lo, s_hi, w_lo, w_hi, x_lo, x_hi) = unsafe {
+                (
+                    vld1q_s32(sums.as_ptr()),
+                    vld1q_s32(sums.as_ptr().add(4)),
+                    vld1q_f32(dw.as_ptr()),
+                    vld1q_f32(dw.as_ptr().add(4)),
+                    vld1q_f32(dx.as_ptr()),
+                    vld1q_f32(dx.as_ptr().add(4)),
+                )
+            };
+            // term = sumi * (d_w * d_x): two products, no fused add.
+            let term_lo = vmulq_f32(vcvtq_f32_s32(s_lo), vmulq_f32(w_lo, x_lo));
+            let term_hi = vmulq_f32(vcvtq_f32_s32(s_hi), vmulq_f32(w_hi, x_hi));
+            acc_lo = vaddq_f32(acc_lo, term_lo);
+            acc_hi = vaddq_f32(acc_hi, term_hi);
+            b += blocks::LANES;
+        }
+        let mut lanes = [0.0f32; 8];
+        // SAFETY: `lanes` is 8 writable f32: two 4-lane stores.
+        unsafe {
+            vst1q_f32(lanes.as_mut_ptr(), acc_lo);
+            vst1q_f32(lanes.as_mut_ptr().add(4), acc_hi);
+        }
+        let mut result = blocks::reduce(lanes);
+        for (b, &dx) in (body..blocks).zip(&d_x[body..blocks]) {
+            result += blocks::term(sumi(b), d_w(b), dx);
+        }
+        result
     }
 }
 

@@ -17,7 +17,8 @@ pub const SIMD_TIER_ENV: &str = "POOL_SIMD_TIER";
 pub enum SimdTier {
     /// Plain Rust, any CPU.
     Portable,
-    /// aarch64 NEON (f32: 4-lane FMA).
+    /// aarch64 NEON (f32: 4-lane FMA; Q8_0 and Q4_0: `sdot` where the CPU
+    /// has the dot-product extension, else widening multiplies).
     Neon,
     /// x86_64 AVX2 + FMA + F16C (f32: 8-lane FMA; Q8_0: `maddubs`).
     Avx2,
@@ -114,13 +115,30 @@ pub(crate) fn has_avx512_vnni() -> bool {
     }
 }
 
+/// Whether the NEON tier's quantized kernels can use the dot-product
+/// extension (`sdot`): the tier plus `dotprod`. Without it they use
+/// widening multiplies.
+pub(crate) fn has_neon_dotprod() -> bool {
+    #[cfg(target_arch = "aarch64")]
+    {
+        SimdTier::Neon.is_available() && std::arch::is_aarch64_feature_detected!("dotprod")
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        false
+    }
+}
+
 /// The quantized kernels' code path under `tier` on this CPU: `scalar`,
-/// `avx2` or `avx512-vnni` (for reports; the f32 kernel is the tier's).
+/// `neon`, `neon-dotprod`, `avx2` or `avx512-vnni` (for reports; the f32
+/// kernel is the tier's).
 pub fn quantized_kernel_name(tier: SimdTier) -> &'static str {
     match tier {
         SimdTier::Avx512 if has_avx512_vnni() => "avx512-vnni",
         SimdTier::Avx512 | SimdTier::Avx2 => "avx2",
-        SimdTier::Portable | SimdTier::Neon => "scalar",
+        SimdTier::Neon if has_neon_dotprod() => "neon-dotprod",
+        SimdTier::Neon => "neon",
+        SimdTier::Portable => "scalar",
     }
 }
 
