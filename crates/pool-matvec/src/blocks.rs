@@ -21,6 +21,16 @@ pub(crate) fn term(sumi: i32, d_w: f32, d_x: f32) -> f32 {
     sumi as f32 * (d_w * d_x)
 }
 
+/// The first `blocks` items of `s` (rounded down to whole groups) as
+/// groups of eight: the SIMD kernels index a group with constants, so one
+/// bounds check per row instead of one per block (measured: the Q4_0 pair
+/// kernel ~10 % faster from L2).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn eights<T>(s: &[T], blocks: usize) -> &[[T; LANES]] {
+    s[..blocks].as_chunks::<LANES>().0
+}
+
 /// The lanes' fixed reduction tree.
 #[inline(always)]
 pub(crate) fn reduce(acc: [f32; LANES]) -> f32 {

@@ -171,9 +171,41 @@ pub(crate) struct Activation<'a> {
     pub(crate) d: &'a [f32],
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) sum: &'a [i32],
+    /// Blocks `2p` and `2p + 1` as `[x0[..16], x1[..16], x0[16..], x1[16..]]`:
+    /// what Q4_0's VNNI kernels multiply two blocks' low and high nibbles
+    /// by, one 32-byte load each.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) pairs: &'a [[i8; 64]],
     /// Whether a value is -128 (never from `quantize_q8_0`): the sign
     /// trick is not exact then, and the scalar paths run.
     pub(crate) has_min: bool,
+}
+
+impl Activation<'_> {
+    /// The first `blocks` blocks in whole groups of eight: blocks, sums,
+    /// scales.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(crate) fn groups(
+        &self,
+        blocks: usize,
+    ) -> impl Iterator<Item = (&[BlockQ8_0; 8], &[i32; 8], &[f32; 8])> {
+        use crate::blocks::eights;
+        eights(self.q, blocks)
+            .iter()
+            .zip(eights(self.sum, blocks))
+            .zip(eights(self.d, blocks))
+            .map(|((q, sum), d)| (q, sum, d))
+    }
+
+    /// `pairs` for the first `blocks` blocks' whole groups of eight: four
+    /// pairs per group.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(crate) fn pair_groups(&self, blocks: usize) -> &[[[i8; 64]; 4]] {
+        let groups = blocks / crate::blocks::LANES;
+        self.pairs[..groups * 4].as_chunks::<4>().0
+    }
 }
 
 /// What [`Activation`] adds to the blocks, owned (kept beside them).
@@ -181,6 +213,7 @@ pub(crate) struct Activation<'a> {
 pub(crate) struct ActivationExtras {
     d: Vec<f32>,
     sum: Vec<i32>,
+    pairs: Vec<[i8; 64]>,
     has_min: bool,
 }
 
@@ -191,6 +224,18 @@ impl ActivationExtras {
             sum: q
                 .iter()
                 .map(|b| b.qs.iter().map(|&v| i32::from(v)).sum())
+                .collect(),
+            pairs: q
+                .chunks_exact(2)
+                .map(|two| {
+                    let (a, b) = (&two[0].qs, &two[1].qs);
+                    std::array::from_fn(|j| match j / 16 {
+                        0 => a[j],
+                        1 => b[j - 16],
+                        2 => a[j - 16],
+                        _ => b[j - 32],
+                    })
+                })
                 .collect(),
             has_min: q.iter().any(|b| b.qs.contains(&i8::MIN)),
         }
@@ -203,6 +248,7 @@ impl ActivationExtras {
             q,
             d: &self.d,
             sum: &self.sum,
+            pairs: &self.pairs,
             has_min: self.has_min,
         }
     }
@@ -307,22 +353,20 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,f16c")]
     unsafe fn dot_vnni(w: &[BlockQ8_0], x: &Activation<'_>) -> f32 {
         let blocks = w.len().min(x.q.len());
-        let body = blocks / blocks::LANES * blocks::LANES;
         let mut acc = _mm256_setzero_ps();
-        let mut b = 0;
-        while b < body {
-            prefetch_ahead(w[b..].as_ptr().cast(), 8 * std::mem::size_of::<BlockQ8_0>());
+        for (gw, (gx, _, gd)) in blocks::eights(w, blocks).iter().zip(x.groups(blocks)) {
+            prefetch_ahead(gw.as_ptr().cast(), std::mem::size_of_val(gw));
             let sums: [__m256i; 8] =
                 // SAFETY: the features, by this function's contract.
-                std::array::from_fn(|k| unsafe { block_dots(&w[b + k].qs, &x.q[b + k].qs) });
+                std::array::from_fn(|k| unsafe { block_dots(&gw[k].qs, &gx[k].qs) });
             let sumi = _mm256_cvtepi32_ps(reduce8(sums));
-            // SAFETY: b + 8 <= blocks <= x.d.len().
-            let dx = unsafe { _mm256_loadu_ps(x.d.as_ptr().add(b)) };
-            // SAFETY: the eight blocks at `b` are in bounds.
-            let d = _mm256_mul_ps(unsafe { gathered_scales(w.as_ptr().add(b)) }, dx);
+            // SAFETY: `gd` is eight f32.
+            let dx = unsafe { _mm256_loadu_ps(gd.as_ptr()) };
+            // SAFETY: `gw` is eight blocks.
+            let d = _mm256_mul_ps(unsafe { gathered_scales(gw.as_ptr()) }, dx);
             acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, d));
-            b += blocks::LANES;
         }
+        let b = blocks / blocks::LANES * blocks::LANES;
         finish(acc, &w[b..blocks], &x.q[b..blocks])
     }
 
@@ -364,44 +408,35 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,f16c")]
     unsafe fn dot2_vnni(w0: &[BlockQ8_0], w1: &[BlockQ8_0], x: &Activation<'_>) -> (f32, f32) {
         let blocks = w0.len().min(w1.len()).min(x.q.len());
-        let body = blocks / blocks::LANES * blocks::LANES;
         let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let mut b = 0;
-        while b < body {
-            prefetch_ahead(
-                w0[b..].as_ptr().cast(),
-                8 * std::mem::size_of::<BlockQ8_0>(),
-            );
-            prefetch_ahead(
-                w1[b..].as_ptr().cast(),
-                8 * std::mem::size_of::<BlockQ8_0>(),
-            );
+        let rows = blocks::eights(w0, blocks)
+            .iter()
+            .zip(blocks::eights(w1, blocks));
+        for ((g0, g1), (gx, _, gd)) in rows.zip(x.groups(blocks)) {
+            prefetch_ahead(g0.as_ptr().cast(), std::mem::size_of_val(g0));
+            prefetch_ahead(g1.as_ptr().cast(), std::mem::size_of_val(g1));
             let mut sums0 = [_mm256_setzero_si256(); 8];
             let mut sums1 = [_mm256_setzero_si256(); 8];
             for k in 0..8 {
                 // SAFETY: `qs` is exactly 32 bytes: one unaligned load.
-                let vx = unsafe { _mm256_loadu_si256(x.q[b + k].qs.as_ptr().cast()) };
+                let vx = unsafe { _mm256_loadu_si256(gx[k].qs.as_ptr().cast()) };
                 // SAFETY: the features, by this function's contract.
                 unsafe {
-                    sums0[k] = block_dots_with(&w0[b + k].qs, vx);
-                    sums1[k] = block_dots_with(&w1[b + k].qs, vx);
+                    sums0[k] = block_dots_with(&g0[k].qs, vx);
+                    sums1[k] = block_dots_with(&g1[k].qs, vx);
                 }
             }
-            // SAFETY: b + 8 <= blocks <= x.d.len().
-            let dx = unsafe { _mm256_loadu_ps(x.d.as_ptr().add(b)) };
-            // SAFETY: the eight blocks at `b` of each row are in bounds.
-            let (dw0, dw1) = unsafe {
-                (
-                    gathered_scales(w0.as_ptr().add(b)),
-                    gathered_scales(w1.as_ptr().add(b)),
-                )
-            };
+            // SAFETY: `gd` is eight f32.
+            let dx = unsafe { _mm256_loadu_ps(gd.as_ptr()) };
+            // SAFETY: `g0` and `g1` are eight blocks each.
+            let (dw0, dw1) =
+                unsafe { (gathered_scales(g0.as_ptr()), gathered_scales(g1.as_ptr())) };
             let sumi0 = _mm256_cvtepi32_ps(reduce8(sums0));
             let sumi1 = _mm256_cvtepi32_ps(reduce8(sums1));
             acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(sumi0, _mm256_mul_ps(dw0, dx)));
             acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(sumi1, _mm256_mul_ps(dw1, dx)));
-            b += blocks::LANES;
         }
+        let b = blocks / blocks::LANES * blocks::LANES;
         let tail = &x.q[b..blocks];
         (
             finish(acc0, &w0[b..blocks], tail),
@@ -630,7 +665,7 @@ pub(crate) mod neon {
 /// The AVX2 helpers the Q4_0 kernel shares.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod simd {
-    pub(crate) use super::avx2::{prefetch_ahead, reduce1, reduce8, scales_of};
+    pub(crate) use super::avx2::{prefetch_ahead, scales_of};
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -659,21 +694,19 @@ mod avx2 {
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn dot_avx2(w: &[BlockQ8_0], x: &Activation<'_>) -> f32 {
         let blocks = w.len().min(x.q.len());
-        let body = blocks / blocks::LANES * blocks::LANES;
         let mut acc = _mm256_setzero_ps();
-        let mut b = 0;
-        while b < body {
-            prefetch_ahead(w[b..].as_ptr().cast(), 8 * std::mem::size_of::<BlockQ8_0>());
+        for (gw, (gx, _, gd)) in blocks::eights(w, blocks).iter().zip(x.groups(blocks)) {
+            prefetch_ahead(gw.as_ptr().cast(), std::mem::size_of_val(gw));
             let sums: [__m256i; 8] =
                 // SAFETY: AVX2, by this function's contract.
-                std::array::from_fn(|k| unsafe { block_sums(&w[b + k].qs, &x.q[b + k].qs) });
+                std::array::from_fn(|k| unsafe { block_sums(&gw[k].qs, &gx[k].qs) });
             let sumi = _mm256_cvtepi32_ps(reduce8(sums));
-            // SAFETY: b + 8 <= blocks <= x.d.len().
-            let dx = unsafe { _mm256_loadu_ps(x.d.as_ptr().add(b)) };
-            let d = _mm256_mul_ps(scales_of(std::array::from_fn(|k| w[b + k].d.to_bits())), dx);
+            // SAFETY: `gd` is eight f32.
+            let dx = unsafe { _mm256_loadu_ps(gd.as_ptr()) };
+            let d = _mm256_mul_ps(scales_of(std::array::from_fn(|k| gw[k].d.to_bits())), dx);
             acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, d));
-            b += blocks::LANES;
         }
+        let b = blocks / blocks::LANES * blocks::LANES;
         let mut lanes = [0.0f32; 8];
         // SAFETY: `lanes` is 32 writable bytes.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
