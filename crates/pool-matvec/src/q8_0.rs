@@ -5,11 +5,13 @@
 //! activation is quantized to Q8_0 too (values in -127..=127), and each
 //! row is `sum_b sumi[b] * (d_w[b] * d_x[b])` with `sumi[b]` the exact
 //! integer dot of block `b`, the terms added in the fixed eight-lane order
-//! of `blocks.rs`. The integer part is exact on every path: the AVX2 path
-//! multiplies `|w|` (as unsigned, so even -128 is 128) by `x * sign(w)`
-//! with `maddubs`, whose pair sums stay within i16 because `x` is never
-//! -128 (the quantizer's range; a caller's `x` holding -128 takes the
-//! scalar path). So every path agrees bit for bit, for any thread count.
+//! of `blocks.rs`. The integer part is exact on every path: VNNI multiplies
+//! `w + 128` (unsigned) by `x` and subtracts `128 * sum(x)`, NEON signed by
+//! signed, and the AVX2 path multiplies `|w|` (as unsigned, so even -128
+//! is 128) by `x * sign(w)` with `maddubs`, whose pair sums stay within
+//! i16 because `x` is never -128 (the quantizer's range; on AVX2 a
+//! caller's `x` holding -128 takes the scalar path). So every path agrees
+//! bit for bit, for any thread count.
 
 use half::f16;
 use pool_core::Pool;
@@ -92,7 +94,7 @@ pub fn matvec_q8_0(pool: Option<&Pool>, w: &[BlockQ8_0], x: &[f32], out: &mut [f
 /// [`matvec_q8_0`] with the activation already quantized (one
 /// [`quantize_q8_0`] shared by every matrix that reads the same input, as
 /// Q, K and V do). An `xq` holding -128 (which `quantize_q8_0` never
-/// makes) runs the scalar path, still exact.
+/// makes) is exact too (on the AVX2 tier it runs the scalar path).
 ///
 /// # Panics
 ///
@@ -144,12 +146,11 @@ pub(crate) fn rows_into(
 /// Two rows against one activation.
 pub(crate) type Dot2Fn = fn(&[BlockQ8_0], &[BlockQ8_0], &Activation<'_>) -> (f32, f32);
 
-/// The pair kernel for `x` where the tier has one (VNNI, an `x` without
-/// -128); `None`: the caller runs the one-row kernel twice.
+/// The pair kernel for `x` where the tier has one (VNNI); `None`: the
+/// caller runs the one-row kernel twice.
 fn select_dot2(x: &Activation<'_>) -> Option<Dot2Fn> {
     #[cfg(target_arch = "x86_64")]
-    if !x.has_min && crate::tier::simd_tier() == SimdTier::Avx512 && crate::tier::has_avx512_vnni()
-    {
+    if crate::tier::simd_tier() == SimdTier::Avx512 && crate::tier::has_avx512_vnni() {
         return Some(avx512::dot2);
     }
     let _ = x;
@@ -176,8 +177,8 @@ pub(crate) struct Activation<'a> {
     /// by, one 32-byte load each.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) pairs: &'a [[i8; 64]],
-    /// Whether a value is -128 (never from `quantize_q8_0`): the sign
-    /// trick is not exact then, and the scalar paths run.
+    /// Whether a value is -128 (never from `quantize_q8_0`): the AVX2
+    /// sign trick is not exact then, and the scalar path runs instead.
     pub(crate) has_min: bool,
 }
 
@@ -270,8 +271,8 @@ pub fn dot_q8_0_scalar(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
 }
 
 /// One row's dot product by the tier the kernels use. Any `x` is exact:
-/// one holding -128 (never produced by [`quantize_q8_0`]) takes the scalar
-/// path.
+/// on the AVX2 tier, one holding -128 (never produced by
+/// [`quantize_q8_0`]) takes the scalar path.
 pub fn dot_q8_0(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
     let extras = ActivationExtras::of(x);
     let x = extras.with(x);
@@ -285,7 +286,8 @@ fn dot_scalar(w: &[BlockQ8_0], x: &Activation<'_>) -> f32 {
     dot_q8_0_scalar(w, x.q)
 }
 
-/// The kernel for `x`: the tier's, or the scalar path when `x` holds -128.
+/// The kernel for `x`: the tier's, or the scalar path where the tier's is
+/// not exact for it (AVX2 and an `x` holding -128).
 pub(crate) fn select_dot(x: &Activation<'_>) -> DotFn {
     kernel_for(crate::tier::simd_tier(), x)
 }
@@ -301,14 +303,14 @@ fn kernel_for(tier: SimdTier, x: &Activation<'_>) -> DotFn {
             neon::dot_mull
         };
     }
-    if x.has_min {
-        return dot_scalar;
-    }
     match tier {
+        // VNNI multiplies `w + 128` (unsigned) by `x` as is: exact for any
+        // `x`, -128 included.
         #[cfg(target_arch = "x86_64")]
         SimdTier::Avx512 if crate::tier::has_avx512_vnni() => avx512::dot,
+        // The AVX2 sign trick is exact only for an `x` without -128.
         #[cfg(target_arch = "x86_64")]
-        SimdTier::Avx512 | SimdTier::Avx2 => avx2::dot,
+        SimdTier::Avx512 | SimdTier::Avx2 if !x.has_min => avx2::dot,
         _ => dot_scalar,
     }
 }
@@ -324,9 +326,13 @@ pub fn dot_q8_0_on(tier: SimdTier, w: &[BlockQ8_0], x: &[BlockQ8_0]) -> Option<f
     Some(kernel_for(tier, &x)(w, &x))
 }
 
-/// AVX-512 VNNI on 256-bit registers: the AVX2 kernel with `vpdpbusd`
-/// doing `maddubs` + `madd` in one instruction (the same sign trick:
-/// `|w|` unsigned times `x * sign(w)`, summed straight into i32). Full
+/// AVX-512 VNNI on 256-bit registers: `vpdpbusd` multiplies unsigned by
+/// signed bytes, four products summed into each i32 lane. The weights go
+/// in as `w + 128` (one XOR of the sign bit, 0..=255 unsigned), `x` as it
+/// is, and each block's sum is corrected by `128 * sum(x)` (once per
+/// activation): one instruction per block fewer than the AVX2 sign trick
+/// (which signs both operands), and exact for any `x`: four products of
+/// at most 255 * 128 per lane stay far within i32. Full
 /// 512-bit registers were measured slower here: packing two 34-byte
 /// blocks into one register costs shuffle-port work that the wider
 /// multiply does not repay.
@@ -338,8 +344,8 @@ mod avx512 {
     use super::{Activation, BlockQ8_0, QK8_0};
     use crate::blocks;
 
-    /// Safe entry: only selected for the AVX-512 tier with VNNI, and only
-    /// for an `x` without -128.
+    /// Safe entry: only selected for the AVX-512 tier with VNNI (exact for
+    /// any `x`).
     pub(super) fn dot(w: &[BlockQ8_0], x: &Activation<'_>) -> f32 {
         // SAFETY: `kernel_for` returns this function only when
         // `has_avx512_vnni()`: the AVX-512 tier (F/BW/DQ/VL, AVX2, F16C)
@@ -354,14 +360,19 @@ mod avx512 {
     unsafe fn dot_vnni(w: &[BlockQ8_0], x: &Activation<'_>) -> f32 {
         let blocks = w.len().min(x.q.len());
         let mut acc = _mm256_setzero_ps();
-        for (gw, (gx, _, gd)) in blocks::eights(w, blocks).iter().zip(x.groups(blocks)) {
+        for (gw, (gx, gsum, gd)) in blocks::eights(w, blocks).iter().zip(x.groups(blocks)) {
             prefetch_ahead(gw.as_ptr().cast(), std::mem::size_of_val(gw));
             let sums: [__m256i; 8] =
                 // SAFETY: the features, by this function's contract.
                 std::array::from_fn(|k| unsafe { block_dots(&gw[k].qs, &gx[k].qs) });
-            let sumi = _mm256_cvtepi32_ps(reduce8(sums));
-            // SAFETY: `gd` is eight f32.
-            let dx = unsafe { _mm256_loadu_ps(gd.as_ptr()) };
+            // SAFETY: `gsum` and `gd` are eight values each.
+            let (xsum, dx) = unsafe {
+                (
+                    _mm256_loadu_si256(gsum.as_ptr().cast()),
+                    _mm256_loadu_ps(gd.as_ptr()),
+                )
+            };
+            let sumi = _mm256_cvtepi32_ps(unbias(reduce8(sums), xsum));
             // SAFETY: `gw` is eight blocks.
             let d = _mm256_mul_ps(unsafe { gathered_scales(gw.as_ptr()) }, dx);
             acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, d));
@@ -394,7 +405,7 @@ mod avx512 {
     /// Safe entry for two rows: as for `dot`.
     pub(super) fn dot2(w0: &[BlockQ8_0], w1: &[BlockQ8_0], x: &Activation<'_>) -> (f32, f32) {
         // SAFETY: as for `dot`: `select_dot2` returns this only when
-        // `has_avx512_vnni()`, for an `x` without -128.
+        // `has_avx512_vnni()`.
         unsafe { dot2_vnni(w0, w1, x) }
     }
 
@@ -412,7 +423,7 @@ mod avx512 {
         let rows = blocks::eights(w0, blocks)
             .iter()
             .zip(blocks::eights(w1, blocks));
-        for ((g0, g1), (gx, _, gd)) in rows.zip(x.groups(blocks)) {
+        for ((g0, g1), (gx, gsum, gd)) in rows.zip(x.groups(blocks)) {
             prefetch_ahead(g0.as_ptr().cast(), std::mem::size_of_val(g0));
             prefetch_ahead(g1.as_ptr().cast(), std::mem::size_of_val(g1));
             let mut sums0 = [_mm256_setzero_si256(); 8];
@@ -426,13 +437,18 @@ mod avx512 {
                     sums1[k] = block_dots_with(&g1[k].qs, vx);
                 }
             }
-            // SAFETY: `gd` is eight f32.
-            let dx = unsafe { _mm256_loadu_ps(gd.as_ptr()) };
+            // SAFETY: `gsum` and `gd` are eight values each.
+            let (xsum, dx) = unsafe {
+                (
+                    _mm256_loadu_si256(gsum.as_ptr().cast()),
+                    _mm256_loadu_ps(gd.as_ptr()),
+                )
+            };
             // SAFETY: `g0` and `g1` are eight blocks each.
             let (dw0, dw1) =
                 unsafe { (gathered_scales(g0.as_ptr()), gathered_scales(g1.as_ptr())) };
-            let sumi0 = _mm256_cvtepi32_ps(reduce8(sums0));
-            let sumi1 = _mm256_cvtepi32_ps(reduce8(sums1));
+            let sumi0 = _mm256_cvtepi32_ps(unbias(reduce8(sums0), xsum));
+            let sumi1 = _mm256_cvtepi32_ps(unbias(reduce8(sums1), xsum));
             acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(sumi0, _mm256_mul_ps(dw0, dx)));
             acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(sumi1, _mm256_mul_ps(dw1, dx)));
         }
@@ -454,13 +470,22 @@ mod avx512 {
     unsafe fn block_dots_with(w: &[i8; QK8_0], vx: __m256i) -> __m256i {
         // SAFETY: the array is exactly 32 bytes: one unaligned load.
         let vw = unsafe { _mm256_loadu_si256(w.as_ptr().cast()) };
-        let unsigned_w = _mm256_sign_epi8(vw, vw);
-        let signed_x = _mm256_sign_epi8(vx, vw);
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), unsigned_w, signed_x)
+        // `w + 128` as unsigned bytes: the sign bit flipped.
+        let biased_w = _mm256_xor_si256(vw, _mm256_set1_epi8(i8::MIN));
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), biased_w, vx)
     }
 
-    /// One block's integer dot as eight i32 partial sums. Exact: `|w| <=
-    /// 128` unsigned, `x * sign(w)` within -127..=127, four products per
+    /// Each lane's block sum of `(w + 128) * x` less `128 * sum(x)`: the
+    /// exact `sum(w * x)`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn unbias(biased: __m256i, xsum: __m256i) -> __m256i {
+        _mm256_sub_epi32(biased, _mm256_slli_epi32::<7>(xsum))
+    }
+
+    /// One block's integer dot, biased: eight i32 partial sums of
+    /// `(w + 128) * x` (`unbias` takes `128 * sum(x)` off the block's
+    /// total). Exact: 0..=255 unsigned times any i8, four products per
     /// lane in i32.
     ///
     /// # Safety
