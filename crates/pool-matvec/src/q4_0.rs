@@ -230,7 +230,7 @@ mod avx2 {
 
     use super::{Activation, BlockQ4_0, BlockQ8_0};
     use crate::blocks;
-    use crate::q8_0::simd::{prefetch_ahead, scales_of};
+    use crate::q8_0::simd::{prefetch_ahead, scales_of, Q4_0_L2_AHEAD};
 
     /// Safe entry: only selected for the AVX2 tier or wider.
     pub(super) fn dot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
@@ -254,7 +254,7 @@ mod avx2 {
         let mut acc = _mm256_setzero_ps();
         let groups = blocks::eights(w, blocks).iter().zip(x.groups(blocks));
         for ((gw, (_, gsum, gd)), gp) in groups.zip(x.pair_groups(blocks)) {
-            prefetch_ahead(gw.as_ptr().cast(), std::mem::size_of_val(gw));
+            prefetch_ahead::<Q4_0_L2_AHEAD>(gw.as_ptr().cast(), std::mem::size_of_val(gw));
             let sums: [__m256i; 4] = std::array::from_fn(|p| {
                 let (low, high) = packed_nibbles(&gw[2 * p], &gw[2 * p + 1]);
                 let (xlo, xhi) = pair_halves(&gp[p]);
@@ -364,7 +364,7 @@ mod avx512 {
     use super::avx2::{finish, packed_nibbles, pair_halves, reduce_pairs};
     use super::{Activation, BlockQ4_0};
     use crate::blocks;
-    use crate::q8_0::simd::prefetch_ahead;
+    use crate::q8_0::simd::{prefetch_ahead, Q4_0_L2_AHEAD};
 
     /// Safe entry: only selected for the AVX-512 tier with VNNI.
     pub(super) fn dot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
@@ -398,8 +398,8 @@ mod avx512 {
             .zip(blocks::eights(w1, blocks));
         for (((g0, g1), (_, gsum, gd)), gp) in rows.zip(x.groups(blocks)).zip(x.pair_groups(blocks))
         {
-            prefetch_ahead(g0.as_ptr().cast(), std::mem::size_of_val(g0));
-            prefetch_ahead(g1.as_ptr().cast(), std::mem::size_of_val(g1));
+            prefetch_ahead::<Q4_0_L2_AHEAD>(g0.as_ptr().cast(), std::mem::size_of_val(g0));
+            prefetch_ahead::<Q4_0_L2_AHEAD>(g1.as_ptr().cast(), std::mem::size_of_val(g1));
             let mut sums0 = [_mm256_setzero_si256(); 4];
             let mut sums1 = [_mm256_setzero_si256(); 4];
             for p in 0..4 {
@@ -458,7 +458,7 @@ mod avx512 {
         let mut acc = _mm256_setzero_ps();
         let groups = blocks::eights(w, blocks).iter().zip(x.groups(blocks));
         for ((gw, (_, gsum, gd)), gp) in groups.zip(x.pair_groups(blocks)) {
-            prefetch_ahead(gw.as_ptr().cast(), std::mem::size_of_val(gw));
+            prefetch_ahead::<Q4_0_L2_AHEAD>(gw.as_ptr().cast(), std::mem::size_of_val(gw));
             let sums: [__m256i; 4] = std::array::from_fn(|p| {
                 // SAFETY: each pair is 64 bytes: two 32-byte loads; the
                 // features, by this function's contract.
