@@ -166,53 +166,76 @@ fn a_pool_inside_a_one_cpu_quota_sees_the_quota() {
     });
 }
 
+/// Participants of `pool`'s job `f` (1: it ran inline).
+fn participants(pool: &Pool, f: impl Fn() + Sync) -> usize {
+    let seen = std::sync::atomic::AtomicUsize::new(0);
+    pool.run(&|_, n| {
+        seen.store(n, std::sync::atomic::Ordering::Relaxed);
+        f();
+    });
+    seen.into_inner()
+}
+
+/// One caller thread per usable CPU (2-8; `None`: skipped, saying why),
+/// each with its own one-worker adaptive pool of `linger`, all starting
+/// together and each calling `round` until `window` has passed; returns
+/// each caller's rounds and how many of them `round` counted.
+fn callers_filling_the_cpus(
+    linger: Duration,
+    window: Duration,
+    round: impl Fn(&Pool) -> bool + Sync,
+) -> Option<Vec<(usize, usize)>> {
+    let limit = pool_core::spinner_limit();
+    if !(2..=8).contains(&limit) {
+        eprintln!("needs 2-8 usable CPUs (one caller each): skipping");
+        return None;
+    }
+    let start = std::sync::Barrier::new(limit);
+    Some(std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..limit)
+            .map(|_| {
+                let (start, round) = (&start, &round);
+                scope.spawn(move || {
+                    let pool = Pool::builder()
+                        .workers(1)
+                        .spin_policy(SpinPolicy::Adaptive { linger })
+                        .build()
+                        .unwrap();
+                    start.wait();
+                    let end = Instant::now() + window;
+                    let (mut rounds, mut counted) = (0, 0);
+                    while Instant::now() < end {
+                        rounds += 1;
+                        counted += usize::from(round(&pool));
+                    }
+                    (rounds, counted)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }))
+}
+
 #[test]
 fn callers_that_fill_the_cpus_run_their_adaptive_jobs_inline() {
     watched("callers_fill", |_| {
         let _turn = one_at_a_time();
-        let limit = pool_core::spinner_limit();
-        if !(2..=8).contains(&limit) {
-            eprintln!("needs 2-8 usable CPUs (one caller each): skipping");
-            return;
-        }
-        let start = std::sync::Barrier::new(limit);
         // Every caller dispatches for the same wall-clock window, so none
         // runs alone at the end (a caller left alone rightly uses its
-        // worker again).
-        let window = Duration::from_millis(200);
-        let counts: Vec<(usize, usize)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..limit)
-                .map(|_| {
-                    let start = &start;
-                    scope.spawn(move || {
-                        // A long linger makes "recent" robust to a caller
-                        // descheduled for a while (TSan, a loaded CI host);
-                        // workers that get no job still park after it.
-                        let pool = Pool::builder()
-                            .workers(1)
-                            .spin_policy(SpinPolicy::Adaptive {
-                                linger: Duration::from_millis(20),
-                            })
-                            .build()
-                            .unwrap();
-                        start.wait();
-                        let end = Instant::now() + window;
-                        let (mut jobs, mut inline) = (0, 0);
-                        while Instant::now() < end {
-                            let seen = std::sync::atomic::AtomicUsize::new(0);
-                            pool.run(&|_, n| {
-                                seen.store(n, std::sync::atomic::Ordering::Relaxed);
-                            });
-                            busy(Duration::from_micros(20));
-                            jobs += 1;
-                            inline += usize::from(seen.into_inner() == 1);
-                        }
-                        (jobs, inline)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        // worker again). A long linger makes "recent" robust to a caller
+        // descheduled for a while (TSan, a loaded CI host); workers that
+        // get no job still park after it.
+        let Some(counts) = callers_filling_the_cpus(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+            |pool| {
+                let inline = participants(pool, || {}) == 1;
+                busy(Duration::from_micros(20));
+                inline
+            },
+        ) else {
+            return;
+        };
         // Every caller dispatches every ~20 us, so all are recent callers
         // after their first jobs; a loaded machine may stagger them.
         for (caller, (jobs, inline)) in counts.iter().enumerate() {
@@ -237,42 +260,13 @@ fn callers_that_fill_the_cpus_run_their_adaptive_jobs_inline() {
 fn a_caller_inside_a_long_inline_job_still_counts_as_busy() {
     watched("long_inline_jobs", |_| {
         let _turn = one_at_a_time();
-        let limit = pool_core::spinner_limit();
-        if !(2..=8).contains(&limit) {
-            eprintln!("needs 2-8 usable CPUs (one caller each): skipping");
-            return;
-        }
         let linger = Duration::from_millis(2);
-        let start = std::sync::Barrier::new(limit);
-        let window = Duration::from_millis(300);
-        let counts: Vec<(usize, usize)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..limit)
-                .map(|_| {
-                    let start = &start;
-                    scope.spawn(move || {
-                        let pool = Pool::builder()
-                            .workers(1)
-                            .spin_policy(SpinPolicy::Adaptive { linger })
-                            .build()
-                            .unwrap();
-                        start.wait();
-                        let end = Instant::now() + window;
-                        let (mut short_jobs, mut invited) = (0, 0);
-                        while Instant::now() < end {
-                            pool.run(&|_, n| busy(3 * linger / n as u32));
-                            let seen = std::sync::atomic::AtomicUsize::new(0);
-                            pool.run(&|_, n| {
-                                seen.store(n, std::sync::atomic::Ordering::Relaxed);
-                            });
-                            short_jobs += 1;
-                            invited += usize::from(seen.into_inner() > 1);
-                        }
-                        (short_jobs, invited)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let Some(counts) = callers_filling_the_cpus(linger, Duration::from_millis(300), |pool| {
+            pool.run(&|_, n| busy(3 * linger / n as u32));
+            participants(pool, || {}) > 1
+        }) else {
+            return;
+        };
         // The first jobs may invite (the others not yet seen); a loaded
         // machine may stagger the callers a little more.
         for (caller, (jobs, invited)) in counts.iter().enumerate() {
