@@ -179,6 +179,7 @@ pub(crate) struct Activation<'a> {
     pub(crate) pairs: &'a [[i8; 64]],
     /// Whether a value is -128 (never from `quantize_q8_0`): the AVX2
     /// sign trick is not exact then, and the scalar path runs instead.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) has_min: bool,
 }
 
@@ -311,7 +312,10 @@ fn kernel_for(tier: SimdTier, x: &Activation<'_>) -> DotFn {
         // The AVX2 sign trick is exact only for an `x` without -128.
         #[cfg(target_arch = "x86_64")]
         SimdTier::Avx512 | SimdTier::Avx2 if !x.has_min => avx2::dot,
-        _ => dot_scalar,
+        _ => {
+            let _ = x;
+            dot_scalar
+        }
     }
 }
 
