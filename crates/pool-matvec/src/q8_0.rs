@@ -227,18 +227,22 @@ impl ActivationExtras {
                 .iter()
                 .map(|b| b.qs.iter().map(|&v| i32::from(v)).sum())
                 .collect(),
-            pairs: q
-                .chunks_exact(2)
-                .map(|two| {
-                    let (a, b) = (&two[0].qs, &two[1].qs);
-                    std::array::from_fn(|j| match j / 16 {
-                        0 => a[j],
-                        1 => b[j - 16],
-                        2 => a[j - 16],
-                        _ => b[j - 32],
+            // Only the x86 Q4_0 kernels read them: elsewhere, no work.
+            pairs: if cfg!(target_arch = "x86_64") {
+                q.chunks_exact(2)
+                    .map(|two| {
+                        let (a, b) = (&two[0].qs, &two[1].qs);
+                        std::array::from_fn(|j| match j / 16 {
+                            0 => a[j],
+                            1 => b[j - 16],
+                            2 => a[j - 16],
+                            _ => b[j - 32],
+                        })
                     })
-                })
-                .collect(),
+                    .collect()
+            } else {
+                Vec::new()
+            },
             has_min: q.iter().any(|b| b.qs.contains(&i8::MIN)),
         }
     }
