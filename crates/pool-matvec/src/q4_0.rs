@@ -162,6 +162,10 @@ pub(crate) type Dot2Fn = fn(&[BlockQ4_0], &[BlockQ4_0], &Activation<'_>) -> (f32
 /// runs the one-row kernel twice.
 fn select_dot2() -> Option<Dot2Fn> {
     #[cfg(target_arch = "x86_64")]
+    if crate::tier::simd_tier() == SimdTier::Avx512 && crate::tier::has_avx512_vbmi() {
+        return Some(avx512::dot2_wide);
+    }
+    #[cfg(target_arch = "x86_64")]
     if crate::tier::simd_tier() == SimdTier::Avx512 && crate::tier::has_avx512_vnni() {
         return Some(avx512::dot2);
     }
@@ -206,6 +210,8 @@ fn kernel_for(tier: SimdTier) -> DotFn {
         SimdTier::Neon if crate::tier::has_neon_dotprod() => neon::dot_sdot,
         #[cfg(target_arch = "aarch64")]
         SimdTier::Neon => neon::dot_mull,
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx512 if crate::tier::has_avx512_vbmi() => avx512::dot_wide,
         #[cfg(target_arch = "x86_64")]
         SimdTier::Avx512 if crate::tier::has_avx512_vnni() => avx512::dot,
         #[cfg(target_arch = "x86_64")]
@@ -253,11 +259,11 @@ mod avx2 {
         let blocks = w.len().min(x.q.len());
         let mut acc = _mm256_setzero_ps();
         let groups = blocks::eights(w, blocks).iter().zip(x.groups(blocks));
-        for ((gw, (_, gsum, gd)), gp) in groups.zip(x.pair_groups(blocks)) {
+        for ((gw, (_, gsum, gd)), gq) in groups.zip(x.quad_groups(blocks)) {
             prefetch_ahead::<Q4_0_L2_AHEAD>(gw.as_ptr().cast(), std::mem::size_of_val(gw));
             let sums: [__m256i; 4] = std::array::from_fn(|p| {
                 let (low, high) = packed_nibbles(&gw[2 * p], &gw[2 * p + 1]);
-                let (xlo, xhi) = pair_halves(&gp[p]);
+                let (xlo, xhi) = pair_halves(&gq[p / 2], p % 2);
                 // Each `maddubs` pair is within ±3840 (nibbles 0..=15),
                 // their sum within i16: exact.
                 let pairs = _mm256_add_epi16(
@@ -304,7 +310,7 @@ mod avx2 {
     /// bytes of `a` in the low 128-bit half and of `b` in the high (a load
     /// and an insert from memory, which any vector port runs), then
     /// `(low nibbles, high nibbles)`: weights 0..16 and 16..32 of each.
-    /// With `Activation::pairs`' halves, four i32 lanes per block where a
+    /// With `Activation::quads`' halves, four i32 lanes per block where a
     /// block per register gives eight: half the reduction
     /// (`reduce_pairs`). Measured from L2 on one core (VNNI pair kernel):
     /// 1.16 -> 1.03 ns per block.
@@ -325,16 +331,18 @@ mod avx2 {
         )
     }
 
-    /// A pair's low and high halves (`Activation::pairs`): what two blocks'
-    /// low and high nibbles multiply.
+    /// The low and high halves of a quad's (`Activation::quads`) first
+    /// (`pair` 0) or second two blocks: what their low and high nibbles
+    /// multiply.
     #[target_feature(enable = "avx2")]
     #[inline]
-    pub(super) fn pair_halves(pair: &[i8; 64]) -> (__m256i, __m256i) {
-        // SAFETY: `pair` is 64 bytes: two 32-byte loads.
+    pub(super) fn pair_halves(quad: &[i8; 128], pair: usize) -> (__m256i, __m256i) {
+        let (low, high) = (&quad[32 * pair..][..32], &quad[64 + 32 * pair..][..32]);
+        // SAFETY: two 32-byte slices: one load each.
         unsafe {
             (
-                _mm256_loadu_si256(pair.as_ptr().cast()),
-                _mm256_loadu_si256(pair.as_ptr().add(32).cast()),
+                _mm256_loadu_si256(low.as_ptr().cast()),
+                _mm256_loadu_si256(high.as_ptr().cast()),
             )
         }
     }
@@ -396,17 +404,16 @@ mod avx512 {
         let rows = blocks::eights(w0, blocks)
             .iter()
             .zip(blocks::eights(w1, blocks));
-        for (((g0, g1), (_, gsum, gd)), gp) in rows.zip(x.groups(blocks)).zip(x.pair_groups(blocks))
+        for (((g0, g1), (_, gsum, gd)), gq) in rows.zip(x.groups(blocks)).zip(x.quad_groups(blocks))
         {
             prefetch_ahead::<Q4_0_L2_AHEAD>(g0.as_ptr().cast(), std::mem::size_of_val(g0));
             prefetch_ahead::<Q4_0_L2_AHEAD>(g1.as_ptr().cast(), std::mem::size_of_val(g1));
             let mut sums0 = [_mm256_setzero_si256(); 4];
             let mut sums1 = [_mm256_setzero_si256(); 4];
             for p in 0..4 {
-                // SAFETY: each pair is 64 bytes: two 32-byte loads; the
-                // features, by this function's contract.
+                // SAFETY: the features, by this function's contract.
                 unsafe {
-                    let (xlo, xhi) = pair_halves(&gp[p]);
+                    let (xlo, xhi) = pair_halves(&gq[p / 2], p % 2);
                     sums0[p] = two_blocks_dots(&g0[2 * p], &g0[2 * p + 1], xlo, xhi);
                     sums1[p] = two_blocks_dots(&g1[2 * p], &g1[2 * p + 1], xlo, xhi);
                 }
@@ -457,13 +464,12 @@ mod avx512 {
         let blocks = w.len().min(x.q.len());
         let mut acc = _mm256_setzero_ps();
         let groups = blocks::eights(w, blocks).iter().zip(x.groups(blocks));
-        for ((gw, (_, gsum, gd)), gp) in groups.zip(x.pair_groups(blocks)) {
+        for ((gw, (_, gsum, gd)), gq) in groups.zip(x.quad_groups(blocks)) {
             prefetch_ahead::<Q4_0_L2_AHEAD>(gw.as_ptr().cast(), std::mem::size_of_val(gw));
             let sums: [__m256i; 4] = std::array::from_fn(|p| {
-                // SAFETY: each pair is 64 bytes: two 32-byte loads; the
-                // features, by this function's contract.
+                // SAFETY: the features, by this function's contract.
                 unsafe {
-                    let (xlo, xhi) = pair_halves(&gp[p]);
+                    let (xlo, xhi) = pair_halves(&gq[p / 2], p % 2);
                     two_blocks_dots(&gw[2 * p], &gw[2 * p + 1], xlo, xhi)
                 }
             });
@@ -482,6 +488,249 @@ mod avx512 {
         }
         let b = blocks / blocks::LANES * blocks::LANES;
         finish(acc, &w[b..blocks], &x.q[b..blocks])
+    }
+
+    /// Safe entry: only selected for the AVX-512 tier with VNNI and VBMI.
+    pub(super) fn dot_wide(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
+        // SAFETY: `kernel_for` returns this function only when
+        // `has_avx512_vbmi()`: `has_avx512_vnni()` and AVX512-VBMI.
+        unsafe { wide_dot(w, x) }
+    }
+
+    /// Safe entry for two rows: as for `dot_wide`.
+    pub(super) fn dot2_wide(w0: &[BlockQ4_0], w1: &[BlockQ4_0], x: &Activation<'_>) -> (f32, f32) {
+        // SAFETY: as for `dot_wide`: `select_dot2` returns this only when
+        // `has_avx512_vbmi()`.
+        unsafe { wide_dot2(w0, w1, x) }
+    }
+
+    /// Four blocks per 512-bit register (`wide_group`), then the 256-bit
+    /// kernels' float steps: the same bits.
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 F/BW/VL/VNNI/VBMI, AVX2 and F16C.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,f16c")]
+    unsafe fn wide_dot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
+        let blocks = w.len().min(x.q.len());
+        let mut acc = _mm256_setzero_ps();
+        let groups = blocks::eights(w, blocks).iter().zip(x.groups(blocks));
+        for ((gw, (_, gsum, gd)), gq) in groups.zip(x.quad_groups(blocks)) {
+            prefetch_ahead::<Q4_0_L2_AHEAD>(gw.as_ptr().cast(), std::mem::size_of_val(gw));
+            let (dots, dw) = wide_group(gw, gq);
+            acc = scaled_add(acc, block_sums(dots), dw, gsum, gd);
+        }
+        let b = blocks / blocks::LANES * blocks::LANES;
+        finish(acc, &w[b..blocks], &x.q[b..blocks])
+    }
+
+    /// Two rows in one pass, each row's steps `wide_dot`'s.
+    ///
+    /// # Safety
+    ///
+    /// As for `wide_dot`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,f16c")]
+    unsafe fn wide_dot2(w0: &[BlockQ4_0], w1: &[BlockQ4_0], x: &Activation<'_>) -> (f32, f32) {
+        let blocks = w0.len().min(w1.len()).min(x.q.len());
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let rows = blocks::eights(w0, blocks)
+            .iter()
+            .zip(blocks::eights(w1, blocks));
+        for (((g0, g1), (_, gsum, gd)), gq) in rows.zip(x.groups(blocks)).zip(x.quad_groups(blocks))
+        {
+            prefetch_ahead::<Q4_0_L2_AHEAD>(g0.as_ptr().cast(), std::mem::size_of_val(g0));
+            prefetch_ahead::<Q4_0_L2_AHEAD>(g1.as_ptr().cast(), std::mem::size_of_val(g1));
+            let (dots0, dw0) = wide_group(g0, gq);
+            let (dots1, dw1) = wide_group(g1, gq);
+            let (sums0, sums1) = block_sums_of_two_rows(dots0, dots1);
+            acc0 = scaled_add(acc0, sums0, dw0, gsum, gd);
+            acc1 = scaled_add(acc1, sums1, dw1, gsum, gd);
+        }
+        let b = blocks / blocks::LANES * blocks::LANES;
+        let tail = &x.q[b..blocks];
+        (
+            finish(acc0, &w0[b..blocks], tail),
+            finish(acc1, &w1[b..blocks], tail),
+        )
+    }
+
+    /// A 64-byte table for `vpermt2b`/`vpermt2d`, aligned for one load.
+    #[repr(C, align(64))]
+    struct Table([u8; 64]);
+
+    /// Where a block's byte lies in the two 64-byte loads `vpermt2b`
+    /// reads (index 0..64: the first, at group byte `first`; 64..128: the
+    /// second, at group byte `second`).
+    const fn table_index(byte: usize, first: usize, second: usize) -> u8 {
+        if byte < first + 64 {
+            (byte - first) as u8
+        } else {
+            (64 + byte - second) as u8
+        }
+    }
+
+    /// The nibble bytes of blocks `4 * quad..4 * quad + 4`, block by
+    /// block, from the loads at group bytes `first` and `second`.
+    const fn nibble_table(quad: usize, first: usize, second: usize) -> Table {
+        let mut t = [0u8; 64];
+        let mut j = 0;
+        while j < 64 {
+            let byte = BLOCK * (4 * quad + j / 16) + 2 + j % 16;
+            t[j] = table_index(byte, first, second);
+            j += 1;
+        }
+        Table(t)
+    }
+
+    /// The eight blocks' f16 scales, from the loads at group bytes 0
+    /// and 64 (the rest of the table unused).
+    const fn scale_table() -> Table {
+        let mut t = [0u8; 64];
+        let mut j = 0;
+        while j < 16 {
+            t[j] = table_index(BLOCK * (j / 2) + j % 2, 0, 64);
+            j += 1;
+        }
+        Table(t)
+    }
+
+    /// Lane pairs of two 16-lane i32 vectors, as `vpermt2d` indices:
+    /// lanes `0, 2, .., 30` (`first` 0) or `1, 3, .., 31` (`first` 1).
+    const fn lane_table(first: u32) -> Table {
+        let mut t = [0u8; 64];
+        let mut k = 0;
+        while k < 16 {
+            t[4 * k] = (2 * k as u32 + first) as u8;
+            k += 1;
+        }
+        Table(t)
+    }
+
+    const BLOCK: usize = std::mem::size_of::<BlockQ4_0>();
+    /// Loads at group bytes 0, 64 and 80: all 144 bytes, none past them.
+    static NIBBLES_LOW: Table = nibble_table(0, 0, 64);
+    static NIBBLES_HIGH: Table = nibble_table(1, 64, 80);
+    static SCALES: Table = scale_table();
+    static EVEN_LANES: Table = lane_table(0);
+    static ODD_LANES: Table = lane_table(1);
+
+    /// Blocks 0..4's and 4..8's dots `sum(nibble * x)`, four i32 partial
+    /// sums per block (lanes `4k..4k + 4` of a vector: its block `k`).
+    type WideDots = [__m512i; 2];
+
+    /// A group's partial dots and eight scales: three 64-byte loads of
+    /// the group's 144 bytes, a byte permute each for blocks 0..4's
+    /// nibbles, 4..8's and the scales (`vpermt2b`, one shuffle-port
+    /// instruction where the 256-bit kernel takes an insert per pair and
+    /// a gather), one `vpdpbusd` per four blocks' low or high nibbles.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,f16c")]
+    #[inline]
+    fn wide_group(gw: &[BlockQ4_0; 8], gq: &[[i8; 128]; 2]) -> (WideDots, __m256) {
+        let base: *const u8 = gw.as_ptr().cast();
+        let table = |t: &Table| {
+            // SAFETY: a table is 64 bytes.
+            unsafe { _mm512_load_si512(t.0.as_ptr().cast()) }
+        };
+        // SAFETY: bytes 0..64, 64..128 and 80..144 of the group's 144.
+        let (l0, l1, l2) = unsafe {
+            (
+                _mm512_loadu_si512(base.cast()),
+                _mm512_loadu_si512(base.add(64).cast()),
+                _mm512_loadu_si512(base.add(80).cast()),
+            )
+        };
+        let low = _mm512_permutex2var_epi8(l0, table(&NIBBLES_LOW), l1);
+        let high = _mm512_permutex2var_epi8(l1, table(&NIBBLES_HIGH), l2);
+        let scales = _mm512_permutex2var_epi8(l0, table(&SCALES), l1);
+        let dots = [
+            four_blocks_dots(low, &gq[0]),
+            four_blocks_dots(high, &gq[1]),
+        ];
+        (dots, _mm256_cvtph_ps(_mm512_castsi512_si128(scales)))
+    }
+
+    /// Lane pair sums of `a` then `b` (lanes `2k`, `2k + 1` of the 32):
+    /// two lane permutes and an add.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn pair_sums(a: __m512i, b: __m512i) -> __m512i {
+        let table = |t: &Table| {
+            // SAFETY: a table is 64 bytes.
+            unsafe { _mm512_load_si512(t.0.as_ptr().cast()) }
+        };
+        _mm512_add_epi32(
+            _mm512_permutex2var_epi32(a, table(&EVEN_LANES), b),
+            _mm512_permutex2var_epi32(a, table(&ODD_LANES), b),
+        )
+    }
+
+    /// A group's eight block sums from `wide_group`'s partial dots.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn block_sums([d0, d1]: WideDots) -> __m256i {
+        // Lanes 2k and 2k + 1: block k's halves; then lane 2k its sum.
+        let pairs = pair_sums(d0, d1);
+        let sums = _mm512_add_epi32(pairs, _mm512_srli_epi64::<32>(pairs));
+        _mm512_cvtepi64_epi32(sums)
+    }
+
+    /// Two rows' `block_sums`, reduced together: one permute pair and an
+    /// extract where two narrowings (two shuffle uops each) and two
+    /// shifts would run.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn block_sums_of_two_rows([a0, a1]: WideDots, [b0, b1]: WideDots) -> (__m256i, __m256i) {
+        // Lanes 0..8: row a's blocks; 8..16: row b's.
+        let sums = pair_sums(pair_sums(a0, a1), pair_sums(b0, b1));
+        (
+            _mm512_castsi512_si256(sums),
+            _mm512_extracti64x4_epi64::<1>(sums),
+        )
+    }
+
+    /// Four blocks' dots (`packed`: their 16 nibble bytes each) as four
+    /// i32 partial sums per block, against a quad's low and high halves.
+    /// Exact: unsigned nibbles times `i8`, eight products per lane.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    fn four_blocks_dots(packed: __m512i, quad: &[i8; 128]) -> __m512i {
+        let mask = _mm512_set1_epi8(0x0F);
+        let low = _mm512_and_si512(packed, mask);
+        let high = _mm512_and_si512(_mm512_srli_epi16::<4>(packed), mask);
+        // SAFETY: `quad` is 128 bytes: two 64-byte loads.
+        let (xlo, xhi) = unsafe {
+            (
+                _mm512_loadu_si512(quad.as_ptr().cast()),
+                _mm512_loadu_si512(quad.as_ptr().add(64).cast()),
+            )
+        };
+        _mm512_dpbusd_epi32(
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, xlo),
+            high,
+            xhi,
+        )
+    }
+
+    /// `acc + (sums - 8 * xsum) * (dw * dx)`: every x86 Q4_0 kernel's
+    /// float steps for a group, in this order.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn scaled_add(
+        acc: __m256,
+        sums: __m256i,
+        dw: __m256,
+        gsum: &[i32; 8],
+        gd: &[f32; 8],
+    ) -> __m256 {
+        // SAFETY: `gsum` and `gd` are eight values each.
+        let (xsum, dx) = unsafe {
+            (
+                _mm256_loadu_si256(gsum.as_ptr().cast()),
+                _mm256_loadu_ps(gd.as_ptr()),
+            )
+        };
+        let sumi = _mm256_cvtepi32_ps(_mm256_sub_epi32(sums, _mm256_slli_epi32::<3>(xsum)));
+        _mm256_add_ps(acc, _mm256_mul_ps(sumi, _mm256_mul_ps(dw, dx)))
     }
 
     /// The scales of the eight blocks at `blocks` as f32: one gather of the
@@ -580,5 +829,80 @@ mod neon {
             vsubq_s8(vreinterpretq_s8_u8(low), eight),
             vsubq_s8(vreinterpretq_s8_u8(high), eight),
         ]
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::decode::XorShift;
+    use crate::tier::{has_avx512_vbmi, has_avx512_vnni};
+
+    /// Every x86 kernel this CPU can run, by name: the tier picks one,
+    /// so the others are reached only here.
+    fn kernels() -> Vec<(&'static str, DotFn, Option<Dot2Fn>)> {
+        let mut all: Vec<(&'static str, DotFn, Option<Dot2Fn>)> = Vec::new();
+        if SimdTier::Avx2.is_available() {
+            all.push(("avx2", avx2::dot, None));
+        }
+        if has_avx512_vnni() {
+            all.push(("avx512-vnni", avx512::dot, Some(avx512::dot2)));
+        }
+        if has_avx512_vbmi() {
+            all.push(("avx512-vbmi", avx512::dot_wide, Some(avx512::dot2_wide)));
+        }
+        all
+    }
+
+    fn random_rows(rng: &mut XorShift, rows: usize, blocks: usize) -> Vec<BlockQ4_0> {
+        (0..rows * blocks)
+            .map(|_| BlockQ4_0 {
+                d: f16::from_f32(rng.uniform() - 0.5),
+                qs: std::array::from_fn(|_| match rng.next_u64() % 4 {
+                    0 => 0x00,
+                    1 => 0xFF,
+                    _ => rng.next_u64() as u8,
+                }),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_x86_kernel_and_its_two_row_form_give_the_scalar_bits() {
+        let mut rng = XorShift(91);
+        // One block, a group less one, a group, a group and a tail, many.
+        for blocks in [1, 7, 8, 9, 16, 17, 31, 128 + 3] {
+            let w = random_rows(&mut rng, 2, blocks);
+            let x: Vec<BlockQ8_0> = (0..blocks)
+                .map(|_| BlockQ8_0 {
+                    d: f16::from_f32(rng.uniform()),
+                    qs: std::array::from_fn(|_| match rng.next_u64() % 5 {
+                        0 => i8::MIN,
+                        1 => i8::MAX,
+                        _ => rng.next_u64() as i8,
+                    }),
+                })
+                .collect();
+            let extras = ActivationExtras::of(&x);
+            let act = extras.with(&x);
+            let (w0, w1) = w.split_at(blocks);
+            let expected = (dot_q4_0_scalar(w0, &x), dot_q4_0_scalar(w1, &x));
+            for (name, dot, dot2) in kernels() {
+                let one = (dot(w0, &act), dot(w1, &act));
+                assert_eq!(
+                    (one.0.to_bits(), one.1.to_bits()),
+                    (expected.0.to_bits(), expected.1.to_bits()),
+                    "{name}, {blocks} blocks"
+                );
+                if let Some(dot2) = dot2 {
+                    let two = dot2(w0, w1, &act);
+                    assert_eq!(
+                        (two.0.to_bits(), two.1.to_bits()),
+                        (expected.0.to_bits(), expected.1.to_bits()),
+                        "{name} two rows, {blocks} blocks"
+                    );
+                }
+            }
+        }
     }
 }

@@ -172,11 +172,12 @@ pub(crate) struct Activation<'a> {
     pub(crate) d: &'a [f32],
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) sum: &'a [i32],
-    /// Blocks `2p` and `2p + 1` as `[x0[..16], x1[..16], x0[16..], x1[16..]]`:
-    /// what Q4_0's VNNI kernels multiply two blocks' low and high nibbles
-    /// by, one 32-byte load each.
+    /// Blocks `4q..4q + 4` as the four low halves, then the four high
+    /// halves (`[x0[..16], x1[..16], x2[..16], x3[..16], x0[16..], ..]`):
+    /// what Q4_0's x86 kernels multiply low and high nibbles by, one load
+    /// per two blocks' (32 bytes) or four blocks' (64 bytes) halves.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) pairs: &'a [[i8; 64]],
+    pub(crate) quads: &'a [[i8; 128]],
     /// Whether a value is -128 (never from `quantize_q8_0`): the AVX2
     /// sign trick is not exact then, and the scalar path runs instead.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -200,13 +201,13 @@ impl Activation<'_> {
             .map(|((q, sum), d)| (q, sum, d))
     }
 
-    /// `pairs` for the first `blocks` blocks' whole groups of eight: four
-    /// pairs per group.
+    /// `quads` for the first `blocks` blocks' whole groups of eight: two
+    /// quads per group.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    pub(crate) fn pair_groups(&self, blocks: usize) -> &[[[i8; 64]; 4]] {
+    pub(crate) fn quad_groups(&self, blocks: usize) -> &[[[i8; 128]; 2]] {
         let groups = blocks / crate::blocks::LANES;
-        self.pairs[..groups * 4].as_chunks::<4>().0
+        self.quads[..groups * 2].as_chunks::<2>().0
     }
 }
 
@@ -215,7 +216,7 @@ impl Activation<'_> {
 pub(crate) struct ActivationExtras {
     d: Vec<f32>,
     sum: Vec<i32>,
-    pairs: Vec<[i8; 64]>,
+    quads: Vec<[i8; 128]>,
     has_min: bool,
 }
 
@@ -228,16 +229,16 @@ impl ActivationExtras {
                 .map(|b| b.qs.iter().map(|&v| i32::from(v)).sum())
                 .collect(),
             // Only the x86 Q4_0 kernels read them: elsewhere, no work.
-            pairs: if cfg!(target_arch = "x86_64") {
-                q.chunks_exact(2)
-                    .map(|two| {
-                        let (a, b) = (&two[0].qs, &two[1].qs);
-                        std::array::from_fn(|j| match j / 16 {
-                            0 => a[j],
-                            1 => b[j - 16],
-                            2 => a[j - 16],
-                            _ => b[j - 32],
-                        })
+            quads: if cfg!(target_arch = "x86_64") {
+                q.chunks_exact(4)
+                    .map(|four| {
+                        let mut quad = [0i8; 128];
+                        // Sixteen bytes at a time: half `h` of block `b`.
+                        for (j, part) in quad.chunks_exact_mut(16).enumerate() {
+                            let (h, b) = (j / 4, j % 4);
+                            part.copy_from_slice(&four[b].qs[16 * h..][..16]);
+                        }
+                        quad
                     })
                     .collect()
             } else {
@@ -254,7 +255,7 @@ impl ActivationExtras {
             q,
             d: &self.d,
             sum: &self.sum,
-            pairs: &self.pairs,
+            quads: &self.quads,
             has_min: self.has_min,
         }
     }

@@ -115,6 +115,20 @@ pub(crate) fn has_avx512_vnni() -> bool {
     }
 }
 
+/// Whether the AVX-512 tier's Q4_0 kernel can run on full 512-bit
+/// registers: VNNI plus `avx512vbmi` (the byte permute that gathers four
+/// blocks' nibbles). Without it, VNNI on 256-bit registers.
+pub(crate) fn has_avx512_vbmi() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        has_avx512_vnni() && std::arch::is_x86_feature_detected!("avx512vbmi")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether the NEON tier's quantized kernels can use the dot-product
 /// extension (`sdot`): the tier plus `dotprod`. Without it they use
 /// widening multiplies.
