@@ -11,8 +11,9 @@
 //! - [`matvec_q8_0`], [`matvec_q4_0`]: GGUF Q8_0 and Q4_0 weights with a
 //!   Q8_0 activation, exact integer block dots and one fixed float order
 //!   (every tier bit-identical to the scalar reference; the quantized
-//!   paths are scalar, NEON with or without `sdot`, AVX2 `maddubs`, and
-//!   AVX-512 VNNI: [`quantized_kernel_name`] says which runs, and
+//!   paths are scalar, NEON with or without `sdot`, AVX2 `maddubs`,
+//!   AVX-512 VNNI, and for Q4_0 full 512-bit registers with VBMI:
+//!   [`quantized_kernel_name`] says which runs, and
 //!   `docs/tuning.md` has the measured table);
 //! - [`decode`]: a synthetic decode step to measure all of it;
 //! - [`llama2`]: a real llama2 decoder on llama2.c checkpoints.

@@ -493,7 +493,7 @@ mod avx512 {
     /// Safe entry: only selected for the AVX-512 tier with VNNI and VBMI.
     pub(super) fn dot_wide(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
         // SAFETY: `kernel_for` returns this function only when
-        // `has_avx512_vbmi()`: `has_avx512_vnni()` and AVX512-VBMI.
+        // `has_avx512_vbmi()`: `has_avx512_vnni()`, AVX512-VBMI and GFNI.
         unsafe { wide_dot(w, x) }
     }
 
@@ -509,8 +509,8 @@ mod avx512 {
     ///
     /// # Safety
     ///
-    /// AVX-512 F/BW/VL/VNNI/VBMI, AVX2 and F16C.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,f16c")]
+    /// AVX-512 F/BW/VL/VNNI/VBMI, GFNI, AVX2 and F16C.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,avx2,f16c")]
     unsafe fn wide_dot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
         let blocks = w.len().min(x.q.len());
         let mut acc = _mm256_setzero_ps();
@@ -529,7 +529,7 @@ mod avx512 {
     /// # Safety
     ///
     /// As for `wide_dot`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,f16c")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,avx2,f16c")]
     unsafe fn wide_dot2(w0: &[BlockQ4_0], w1: &[BlockQ4_0], x: &Activation<'_>) -> (f32, f32) {
         let blocks = w0.len().min(w1.len()).min(x.q.len());
         let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
@@ -607,6 +607,9 @@ mod avx512 {
     }
 
     const BLOCK: usize = std::mem::size_of::<BlockQ4_0>();
+    /// `vgf2p8affineqb`'s matrix for `byte >> 4`: row byte `7 - i` picks
+    /// the source bit of result bit `i` (bits 4..8 for 0..4, none above).
+    const HIGH_NIBBLE: i64 = 0x1020_4080_0000_0000;
     /// Loads at group bytes 0, 64 and 80: all 144 bytes, none past them.
     static NIBBLES_LOW: Table = nibble_table(0, 0, 64);
     static NIBBLES_HIGH: Table = nibble_table(1, 64, 80);
@@ -623,7 +626,7 @@ mod avx512 {
     /// nibbles, 4..8's and the scales (`vpermt2b`, one shuffle-port
     /// instruction where the 256-bit kernel takes an insert per pair and
     /// a gather), one `vpdpbusd` per four blocks' low or high nibbles.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,f16c")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,gfni,f16c")]
     #[inline]
     fn wide_group(gw: &[BlockQ4_0; 8], gq: &[[i8; 128]; 2]) -> (WideDots, __m256) {
         let base: *const u8 = gw.as_ptr().cast();
@@ -691,12 +694,14 @@ mod avx512 {
     /// Four blocks' dots (`packed`: their 16 nibble bytes each) as four
     /// i32 partial sums per block, against a quad's low and high halves.
     /// Exact: unsigned nibbles times `i8`, eight products per lane.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,gfni")]
     #[inline]
     fn four_blocks_dots(packed: __m512i, quad: &[i8; 128]) -> __m512i {
-        let mask = _mm512_set1_epi8(0x0F);
-        let low = _mm512_and_si512(packed, mask);
-        let high = _mm512_and_si512(_mm512_srli_epi16::<4>(packed), mask);
+        let low = _mm512_and_si512(packed, _mm512_set1_epi8(0x0F));
+        // Each byte shifted right by four in one GFNI affine (bit `i` of
+        // the result is bit `i + 4` of the byte): one instruction where a
+        // shift and a mask take two.
+        let high = _mm512_gf2p8affine_epi64_epi8::<0>(packed, _mm512_set1_epi64(HIGH_NIBBLE));
         // SAFETY: `quad` is 128 bytes: two 64-byte loads.
         let (xlo, xhi) = unsafe {
             (

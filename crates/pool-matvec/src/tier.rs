@@ -117,11 +117,15 @@ pub(crate) fn has_avx512_vnni() -> bool {
 
 /// Whether the AVX-512 tier's Q4_0 kernel can run on full 512-bit
 /// registers: VNNI plus `avx512vbmi` (the byte permute that gathers four
-/// blocks' nibbles). Without it, VNNI on 256-bit registers.
+/// blocks' nibbles) and `gfni` (the high nibbles in one instruction);
+/// every CPU with VBMI so far has GFNI too. Without them, VNNI on 256-bit
+/// registers.
 pub(crate) fn has_avx512_vbmi() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        has_avx512_vnni() && std::arch::is_x86_feature_detected!("avx512vbmi")
+        has_avx512_vnni()
+            && std::arch::is_x86_feature_detected!("avx512vbmi")
+            && std::arch::is_x86_feature_detected!("gfni")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -144,10 +148,12 @@ pub(crate) fn has_neon_dotprod() -> bool {
 }
 
 /// The quantized kernels' code path under `tier` on this CPU: `scalar`,
-/// `neon`, `neon-dotprod`, `avx2` or `avx512-vnni` (for reports; the f32
-/// kernel is the tier's).
+/// `neon`, `neon-dotprod`, `avx2`, `avx512-vnni` (`vpdpbusd` on 256-bit
+/// registers) or `avx512-vbmi` (VNNI, and Q4_0 on full 512-bit registers
+/// by VBMI's byte permute). For reports; the f32 kernel is the tier's.
 pub fn quantized_kernel_name(tier: SimdTier) -> &'static str {
     match tier {
+        SimdTier::Avx512 if has_avx512_vbmi() => "avx512-vbmi",
         SimdTier::Avx512 if has_avx512_vnni() => "avx512-vnni",
         SimdTier::Avx512 | SimdTier::Avx2 => "avx2",
         SimdTier::Neon if has_neon_dotprod() => "neon-dotprod",
