@@ -118,6 +118,11 @@ impl Peer for PoolPeer {
             }
         });
     }
+    /// The pool's own reduction: slots on the caller's stack, folded in
+    /// participant order (no `Vec` per call, as the default builds).
+    fn reduce(&mut self, f: &ValueFn<'_>) -> f64 {
+        self.0.reduce(f, |a, b| a + b)
+    }
     fn rows(&mut self, rows: usize, f: &RowFn<'_>) {
         self.0.run_rows(rows, f);
     }

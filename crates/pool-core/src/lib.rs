@@ -17,7 +17,8 @@
 //! ```
 //!
 //! [`Pool::run_phased`] publishes a job once and lets its participants meet
-//! at a barrier ([`JobBarrier::wait`]) between phases.
+//! at a barrier ([`JobBarrier::wait`]) between phases; [`Pool::reduce`]
+//! folds one value per participant in participant order.
 //!
 //! Environment: `CMF_POOL_SPIN` (a fixed spin budget; 0 parks at once;
 //! unset: the adaptive policy, see [`SpinPolicy`]).
@@ -40,6 +41,7 @@ mod placement;
 mod policy;
 mod pool;
 mod priority;
+mod reduce;
 mod seeded;
 mod sides;
 mod spinners;
@@ -59,6 +61,7 @@ pub use phased::JobBarrier;
 pub use policy::{spin_iteration_ns, SpinPolicy, DEFAULT_LINGER, MIN_ADAPTIVE_SPIN};
 pub use pool::Pool;
 pub use priority::{current_qos_name, QosClass, SchedPolicy};
+pub use reduce::STACK_SLOTS;
 pub use sides::Side;
 pub use spinners::{
     active_callers, spinner_limit, spinning_workers, spinning_workers_high_water, yielding_workers,

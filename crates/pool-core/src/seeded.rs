@@ -33,4 +33,8 @@ pub enum SeededBug {
     /// yielders' count back after a job: one leaked count per job, and
     /// every slot-holding worker then yields at every checkpoint for good.
     YielderCountLeaked,
+    /// A worker's `remaining` decrement is `Relaxed`: the caller can see
+    /// the count reach 0 without the worker's writes, and
+    /// `Pool::reduce` reads a slot the worker may still be writing.
+    CompletionRelaxed,
 }

@@ -69,7 +69,12 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
                 // `remaining`; our share's writes and any recorded panic are
                 // visible once it reads 0. After this line the job's closure
                 // may be gone: touch nothing of it.
-                shared.remaining.fetch_sub(1, Ordering::Release);
+                let order = if shared.has_bug(SeededBug::CompletionRelaxed) {
+                    Ordering::Relaxed
+                } else {
+                    Ordering::Release
+                };
+                shared.remaining.fetch_sub(1, order);
             }
         }
     }
