@@ -272,20 +272,33 @@ mod avx2 {
                 );
                 _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
             });
-            // SAFETY: `gsum` and `gd` are eight values each.
-            let (xsum, dx) = unsafe {
-                (
-                    _mm256_loadu_si256(gsum.as_ptr().cast()),
-                    _mm256_loadu_ps(gd.as_ptr()),
-                )
-            };
-            let exact = _mm256_sub_epi32(reduce_pairs(sums), _mm256_slli_epi32::<3>(xsum));
-            let sumi = _mm256_cvtepi32_ps(exact);
             let dw = scales_of(std::array::from_fn(|k| gw[k].d.to_bits()));
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, _mm256_mul_ps(dw, dx)));
+            acc = scaled_add(acc, reduce_pairs(sums), dw, gsum, gd);
         }
         let b = blocks / blocks::LANES * blocks::LANES;
         finish(acc, &w[b..blocks], &x.q[b..blocks])
+    }
+
+    /// `acc + (sums - 8 * xsum) * (dw * dx)`: every x86 Q4_0 kernel's
+    /// float steps for a group, in this order.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(super) fn scaled_add(
+        acc: __m256,
+        sums: __m256i,
+        dw: __m256,
+        gsum: &[i32; 8],
+        gd: &[f32; 8],
+    ) -> __m256 {
+        // SAFETY: `gsum` and `gd` are eight values each.
+        let (xsum, dx) = unsafe {
+            (
+                _mm256_loadu_si256(gsum.as_ptr().cast()),
+                _mm256_loadu_ps(gd.as_ptr()),
+            )
+        };
+        let sumi = _mm256_cvtepi32_ps(_mm256_sub_epi32(sums, _mm256_slli_epi32::<3>(xsum)));
+        _mm256_add_ps(acc, _mm256_mul_ps(sumi, _mm256_mul_ps(dw, dx)))
     }
 
     /// The lanes' fixed reduction, then the tail blocks (`w` and `x` from
@@ -369,7 +382,7 @@ mod avx2 {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::avx2::{finish, packed_nibbles, pair_halves, reduce_pairs};
+    use super::avx2::{finish, packed_nibbles, pair_halves, reduce_pairs, scaled_add};
     use super::{Activation, BlockQ4_0};
     use crate::blocks;
     use crate::q8_0::simd::{prefetch_ahead, Q4_0_L2_AHEAD};
@@ -418,20 +431,11 @@ mod avx512 {
                     sums1[p] = two_blocks_dots(&g1[2 * p], &g1[2 * p + 1], xlo, xhi);
                 }
             }
-            // SAFETY: `gsum` and `gd` are eight values each.
-            let (xsum, dx) = unsafe {
-                (
-                    _mm256_slli_epi32::<3>(_mm256_loadu_si256(gsum.as_ptr().cast())),
-                    _mm256_loadu_ps(gd.as_ptr()),
-                )
-            };
             // SAFETY: `g0` and `g1` are eight blocks each.
             let (dw0, dw1) =
                 unsafe { (gathered_scales(g0.as_ptr()), gathered_scales(g1.as_ptr())) };
-            let sumi0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(reduce_pairs(sums0), xsum));
-            let sumi1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(reduce_pairs(sums1), xsum));
-            acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(sumi0, _mm256_mul_ps(dw0, dx)));
-            acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(sumi1, _mm256_mul_ps(dw1, dx)));
+            acc0 = scaled_add(acc0, reduce_pairs(sums0), dw0, gsum, gd);
+            acc1 = scaled_add(acc1, reduce_pairs(sums1), dw1, gsum, gd);
         }
         let b = blocks / blocks::LANES * blocks::LANES;
         let tail = &x.q[b..blocks];
@@ -473,18 +477,9 @@ mod avx512 {
                     two_blocks_dots(&gw[2 * p], &gw[2 * p + 1], xlo, xhi)
                 }
             });
-            // SAFETY: `gsum` and `gd` are eight values each.
-            let (xsum, dx) = unsafe {
-                (
-                    _mm256_loadu_si256(gsum.as_ptr().cast()),
-                    _mm256_loadu_ps(gd.as_ptr()),
-                )
-            };
-            let exact = _mm256_sub_epi32(reduce_pairs(sums), _mm256_slli_epi32::<3>(xsum));
-            let sumi = _mm256_cvtepi32_ps(exact);
             // SAFETY: `gw` is eight blocks.
             let dw = unsafe { gathered_scales(gw.as_ptr()) };
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, _mm256_mul_ps(dw, dx)));
+            acc = scaled_add(acc, reduce_pairs(sums), dw, gsum, gd);
         }
         let b = blocks / blocks::LANES * blocks::LANES;
         finish(acc, &w[b..blocks], &x.q[b..blocks])
@@ -714,28 +709,6 @@ mod avx512 {
             high,
             xhi,
         )
-    }
-
-    /// `acc + (sums - 8 * xsum) * (dw * dx)`: every x86 Q4_0 kernel's
-    /// float steps for a group, in this order.
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    fn scaled_add(
-        acc: __m256,
-        sums: __m256i,
-        dw: __m256,
-        gsum: &[i32; 8],
-        gd: &[f32; 8],
-    ) -> __m256 {
-        // SAFETY: `gsum` and `gd` are eight values each.
-        let (xsum, dx) = unsafe {
-            (
-                _mm256_loadu_si256(gsum.as_ptr().cast()),
-                _mm256_loadu_ps(gd.as_ptr()),
-            )
-        };
-        let sumi = _mm256_cvtepi32_ps(_mm256_sub_epi32(sums, _mm256_slli_epi32::<3>(xsum)));
-        _mm256_add_ps(acc, _mm256_mul_ps(sumi, _mm256_mul_ps(dw, dx)))
     }
 
     /// The scales of the eight blocks at `blocks` as f32: one gather of the
