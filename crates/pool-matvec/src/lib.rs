@@ -35,6 +35,8 @@ mod disjoint;
 mod each;
 mod exact;
 mod fast;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 pub mod llama2;
 mod q4_0;
 mod q8_0;

@@ -158,8 +158,8 @@ pub(crate) fn rows_into(
 /// Two rows against one activation.
 pub(crate) type Dot2Fn = fn(&[BlockQ4_0], &[BlockQ4_0], &Activation<'_>) -> (f32, f32);
 
-/// The tier's pair kernel where it has one (VNNI); `None`: the caller
-/// runs the one-row kernel twice.
+/// The tier's pair kernel where it has one (AVX-512); `None`: the
+/// caller runs the one-row kernel twice.
 fn select_dot2() -> Option<Dot2Fn> {
     #[cfg(target_arch = "x86_64")]
     if crate::tier::simd_tier() == SimdTier::Avx512 && crate::tier::has_avx512_vbmi() {
@@ -168,6 +168,10 @@ fn select_dot2() -> Option<Dot2Fn> {
     #[cfg(target_arch = "x86_64")]
     if crate::tier::simd_tier() == SimdTier::Avx512 && crate::tier::has_avx512_vnni() {
         return Some(avx512::dot2);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::tier::simd_tier() == SimdTier::Avx512 {
+        return Some(avx512bw::dot2);
     }
     None
 }
@@ -215,7 +219,9 @@ fn kernel_for(tier: SimdTier) -> DotFn {
         #[cfg(target_arch = "x86_64")]
         SimdTier::Avx512 if crate::tier::has_avx512_vnni() => avx512::dot,
         #[cfg(target_arch = "x86_64")]
-        SimdTier::Avx512 | SimdTier::Avx2 => avx2::dot,
+        SimdTier::Avx512 => avx512bw::dot,
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx2 => avx2::dot,
         _ => dot_scalar,
     }
 }
@@ -385,6 +391,7 @@ mod avx512 {
     use super::avx2::{finish, packed_nibbles, pair_halves, reduce_pairs, scaled_add};
     use super::{Activation, BlockQ4_0};
     use crate::blocks;
+    use crate::lanes::{block_sums, block_sums_of_two_rows, table, QuadDots, Table};
     use crate::q8_0::simd::{prefetch_ahead, Q4_0_L2_AHEAD};
 
     /// Safe entry: only selected for the AVX-512 tier with VNNI.
@@ -549,10 +556,6 @@ mod avx512 {
         )
     }
 
-    /// A 64-byte table for `vpermt2b`/`vpermt2d`, aligned for one load.
-    #[repr(C, align(64))]
-    struct Table([u8; 64]);
-
     /// Where a block's byte lies in the two 64-byte loads `vpermt2b`
     /// reads (index 0..64: the first, at group byte `first`; 64..128: the
     /// second, at group byte `second`).
@@ -589,18 +592,6 @@ mod avx512 {
         Table(t)
     }
 
-    /// Lane pairs of two 16-lane i32 vectors, as `vpermt2d` indices:
-    /// lanes `0, 2, .., 30` (`first` 0) or `1, 3, .., 31` (`first` 1).
-    const fn lane_table(first: u32) -> Table {
-        let mut t = [0u8; 64];
-        let mut k = 0;
-        while k < 16 {
-            t[4 * k] = (2 * k as u32 + first) as u8;
-            k += 1;
-        }
-        Table(t)
-    }
-
     const BLOCK: usize = std::mem::size_of::<BlockQ4_0>();
     /// `vgf2p8affineqb`'s matrix for `byte >> 4`: row byte `7 - i` picks
     /// the source bit of result bit `i` (bits 4..8 for 0..4, none above).
@@ -609,26 +600,16 @@ mod avx512 {
     static NIBBLES_LOW: Table = nibble_table(0, 0, 64);
     static NIBBLES_HIGH: Table = nibble_table(1, 64, 80);
     static SCALES: Table = scale_table();
-    static EVEN_LANES: Table = lane_table(0);
-    static ODD_LANES: Table = lane_table(1);
 
-    /// Blocks 0..4's and 4..8's dots `sum(nibble * x)`, four i32 partial
-    /// sums per block (lanes `4k..4k + 4` of a vector: its block `k`).
-    type WideDots = [__m512i; 2];
-
-    /// A group's partial dots and eight scales: three 64-byte loads of
+    /// A group's partial dots (`sum(nibble * x)`) and eight scales: three 64-byte loads of
     /// the group's 144 bytes, a byte permute each for blocks 0..4's
     /// nibbles, 4..8's and the scales (`vpermt2b`, one shuffle-port
     /// instruction where the 256-bit kernel takes an insert per pair and
     /// a gather), one `vpdpbusd` per four blocks' low or high nibbles.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,gfni,f16c")]
     #[inline]
-    fn wide_group(gw: &[BlockQ4_0; 8], gq: &[[i8; 128]; 2]) -> (WideDots, __m256) {
+    fn wide_group(gw: &[BlockQ4_0; 8], gq: &[[i8; 128]; 2]) -> (QuadDots, __m256) {
         let base: *const u8 = gw.as_ptr().cast();
-        let table = |t: &Table| {
-            // SAFETY: a table is 64 bytes.
-            unsafe { _mm512_load_si512(t.0.as_ptr().cast()) }
-        };
         // SAFETY: bytes 0..64, 64..128 and 80..144 of the group's 144.
         let (l0, l1, l2) = unsafe {
             (
@@ -645,45 +626,6 @@ mod avx512 {
             four_blocks_dots(high, &gq[1]),
         ];
         (dots, _mm256_cvtph_ps(_mm512_castsi512_si128(scales)))
-    }
-
-    /// Lane pair sums of `a` then `b` (lanes `2k`, `2k + 1` of the 32):
-    /// two lane permutes and an add.
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    fn pair_sums(a: __m512i, b: __m512i) -> __m512i {
-        let table = |t: &Table| {
-            // SAFETY: a table is 64 bytes.
-            unsafe { _mm512_load_si512(t.0.as_ptr().cast()) }
-        };
-        _mm512_add_epi32(
-            _mm512_permutex2var_epi32(a, table(&EVEN_LANES), b),
-            _mm512_permutex2var_epi32(a, table(&ODD_LANES), b),
-        )
-    }
-
-    /// A group's eight block sums from `wide_group`'s partial dots.
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    fn block_sums([d0, d1]: WideDots) -> __m256i {
-        // Lanes 2k and 2k + 1: block k's halves; then lane 2k its sum.
-        let pairs = pair_sums(d0, d1);
-        let sums = _mm512_add_epi32(pairs, _mm512_srli_epi64::<32>(pairs));
-        _mm512_cvtepi64_epi32(sums)
-    }
-
-    /// Two rows' `block_sums`, reduced together: one permute pair and an
-    /// extract where two narrowings (two shuffle uops each) and two
-    /// shifts would run.
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    fn block_sums_of_two_rows([a0, a1]: WideDots, [b0, b1]: WideDots) -> (__m256i, __m256i) {
-        // Lanes 0..8: row a's blocks; 8..16: row b's.
-        let sums = pair_sums(pair_sums(a0, a1), pair_sums(b0, b1));
-        (
-            _mm512_castsi512_si256(sums),
-            _mm512_extracti64x4_epi64::<1>(sums),
-        )
     }
 
     /// Four blocks' dots (`packed`: their 16 nibble bytes each) as four
@@ -738,6 +680,124 @@ mod avx512 {
         // guarantees the eight blocks.
         let words = unsafe { _mm256_i32gather_epi32::<1>(blocks.cast(), offsets) };
         _mm256_cvtph_ps(_mm256_cvtepi32_epi16(words))
+    }
+}
+
+/// AVX-512BW without VNNI: four blocks per 512-bit register (their 16
+/// packed bytes inserted 128 bits at a time), `maddubs` of the unsigned
+/// nibbles against the activation's quad halves, the AVX2 kernel's float
+/// steps. Exact for any `x`, as the AVX2 kernel.
+#[cfg(target_arch = "x86_64")]
+mod avx512bw {
+    use std::arch::x86_64::*;
+
+    use super::avx2::{finish, scaled_add};
+    use super::{Activation, BlockQ4_0};
+    use crate::blocks;
+    use crate::lanes::{block_sums, block_sums_of_two_rows, QuadDots};
+    use crate::q8_0::simd::{prefetch_ahead, scales_of, Q4_0_L2_AHEAD};
+
+    /// Safe entry: only selected for the AVX-512 tier (F/BW/DQ/VL).
+    pub(super) fn dot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
+        // SAFETY: `kernel_for` returns this only for the AVX-512 tier
+        // (`SimdTier::is_available`: AVX-512 F/BW/DQ/VL, AVX2, F16C).
+        unsafe { bw_dot(w, x) }
+    }
+
+    /// Safe entry for two rows: as for `dot`.
+    pub(super) fn dot2(w0: &[BlockQ4_0], w1: &[BlockQ4_0], x: &Activation<'_>) -> (f32, f32) {
+        // SAFETY: as for `dot`: `select_dot2` returns this only for the
+        // AVX-512 tier.
+        unsafe { bw_dot2(w0, w1, x) }
+    }
+
+    /// # Safety
+    ///
+    /// AVX-512 F/BW, AVX2 and F16C.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
+    unsafe fn bw_dot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
+        let blocks = w.len().min(x.q.len());
+        let mut acc = _mm256_setzero_ps();
+        let groups = blocks::eights(w, blocks).iter().zip(x.groups(blocks));
+        for ((gw, (_, gsum, gd)), gq) in groups.zip(x.quad_groups(blocks)) {
+            prefetch_ahead::<Q4_0_L2_AHEAD>(gw.as_ptr().cast(), std::mem::size_of_val(gw));
+            let dw = scales_of(std::array::from_fn(|k| gw[k].d.to_bits()));
+            acc = scaled_add(acc, block_sums(group_dots(gw, gq)), dw, gsum, gd);
+        }
+        let b = blocks / blocks::LANES * blocks::LANES;
+        finish(acc, &w[b..blocks], &x.q[b..blocks])
+    }
+
+    /// Two rows in one pass, each row's steps `bw_dot`'s.
+    ///
+    /// # Safety
+    ///
+    /// As for `bw_dot`.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
+    unsafe fn bw_dot2(w0: &[BlockQ4_0], w1: &[BlockQ4_0], x: &Activation<'_>) -> (f32, f32) {
+        let blocks = w0.len().min(w1.len()).min(x.q.len());
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let rows = blocks::eights(w0, blocks)
+            .iter()
+            .zip(blocks::eights(w1, blocks));
+        for (((g0, g1), (_, gsum, gd)), gq) in rows.zip(x.groups(blocks)).zip(x.quad_groups(blocks))
+        {
+            prefetch_ahead::<Q4_0_L2_AHEAD>(g0.as_ptr().cast(), std::mem::size_of_val(g0));
+            prefetch_ahead::<Q4_0_L2_AHEAD>(g1.as_ptr().cast(), std::mem::size_of_val(g1));
+            let (sums0, sums1) = block_sums_of_two_rows(group_dots(g0, gq), group_dots(g1, gq));
+            let dw0 = scales_of(std::array::from_fn(|k| g0[k].d.to_bits()));
+            let dw1 = scales_of(std::array::from_fn(|k| g1[k].d.to_bits()));
+            acc0 = scaled_add(acc0, sums0, dw0, gsum, gd);
+            acc1 = scaled_add(acc1, sums1, dw1, gsum, gd);
+        }
+        let b = blocks / blocks::LANES * blocks::LANES;
+        let tail = &x.q[b..blocks];
+        (
+            finish(acc0, &w0[b..blocks], tail),
+            finish(acc1, &w1[b..blocks], tail),
+        )
+    }
+
+    /// A group's partial dots `sum(nibble * x)`, four i32 lanes per block.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    fn group_dots(gw: &[BlockQ4_0; 8], gq: &[[i8; 128]; 2]) -> QuadDots {
+        let (first, second) = gw.split_at(4);
+        [quad_dots(first, &gq[0]), quad_dots(second, &gq[1])]
+    }
+
+    /// Four blocks' dots against a quad's halves: each `maddubs` pair is
+    /// within +-3840 (nibbles 0..=15), a low and a high pair within i16,
+    /// then widened: exact for any `x`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    fn quad_dots(four: &[BlockQ4_0], quad: &[i8; 128]) -> __m512i {
+        let load = |k: usize| {
+            // SAFETY: `qs` is exactly 16 bytes: one unaligned load.
+            unsafe { _mm_loadu_si128(four[k].qs.as_ptr().cast()) }
+        };
+        let packed = _mm512_inserti32x4::<3>(
+            _mm512_inserti32x4::<2>(
+                _mm512_inserti32x4::<1>(_mm512_castsi128_si512(load(0)), load(1)),
+                load(2),
+            ),
+            load(3),
+        );
+        let mask = _mm512_set1_epi8(0x0F);
+        let low = _mm512_and_si512(packed, mask);
+        let high = _mm512_and_si512(_mm512_srli_epi16::<4>(packed), mask);
+        // SAFETY: `quad` is 128 bytes: two 64-byte loads.
+        let (xlo, xhi) = unsafe {
+            (
+                _mm512_loadu_si512(quad.as_ptr().cast()),
+                _mm512_loadu_si512(quad.as_ptr().add(64).cast()),
+            )
+        };
+        let pairs = _mm512_add_epi16(
+            _mm512_maddubs_epi16(low, xlo),
+            _mm512_maddubs_epi16(high, xhi),
+        );
+        _mm512_madd_epi16(pairs, _mm512_set1_epi16(1))
     }
 }
 
@@ -828,6 +888,9 @@ mod tests {
         }
         if has_avx512_vbmi() {
             all.push(("avx512-vbmi", avx512::dot_wide, Some(avx512::dot2_wide)));
+        }
+        if SimdTier::Avx512.is_available() {
+            all.push(("avx512bw", avx512bw::dot, Some(avx512bw::dot2)));
         }
         all
     }

@@ -314,7 +314,11 @@ fn kernel_for(tier: SimdTier, x: &Activation<'_>) -> DotFn {
         // `x`, -128 included.
         #[cfg(target_arch = "x86_64")]
         SimdTier::Avx512 if crate::tier::has_avx512_vnni() => avx512::dot,
-        // The AVX2 sign trick is exact only for an `x` without -128.
+        // The AVX2 sign trick is exact only for an `x` without -128. On
+        // AVX-512 without VNNI too: the same trick on 512-bit registers
+        // (two blocks per register, an insert each for `w` and `x`, a
+        // mask negation, lane permutes to reduce) measured 22 % slower
+        // from L2 on one core (1.77-1.81 against 1.45 ns per block).
         #[cfg(target_arch = "x86_64")]
         SimdTier::Avx512 | SimdTier::Avx2 if !x.has_min => avx2::dot,
         _ => {
@@ -535,6 +539,59 @@ mod avx512 {
         // guarantees the eight blocks.
         let words = unsafe { _mm256_i32gather_epi32::<1>(blocks.cast(), offsets) };
         _mm256_cvtph_ps(_mm256_cvtepi32_epi16(words))
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::decode::XorShift;
+    use crate::tier::has_avx512_vnni;
+
+    /// Every x86 kernel this CPU can run, by name, and whether it needs
+    /// an `x` without -128.
+    fn kernels() -> Vec<(&'static str, DotFn, bool)> {
+        let mut all: Vec<(&'static str, DotFn, bool)> = Vec::new();
+        if SimdTier::Avx2.is_available() {
+            all.push(("avx2", avx2::dot, true));
+        }
+        if has_avx512_vnni() {
+            all.push(("avx512-vnni", avx512::dot, false));
+        }
+        all
+    }
+
+    #[test]
+    fn every_x86_kernel_gives_the_scalar_bits() {
+        let mut rng = XorShift(17);
+        for blocks in [1, 7, 8, 9, 16, 17, 31, 128 + 3] {
+            let block = |rng: &mut XorShift, min: i8| BlockQ8_0 {
+                d: half::f16::from_f32(rng.uniform() - 0.5),
+                qs: std::array::from_fn(|_| match rng.next_u64() % 5 {
+                    0 => min,
+                    1 => i8::MAX,
+                    2 => 0,
+                    _ => (rng.next_u64() as i8).max(min),
+                }),
+            };
+            let w: Vec<BlockQ8_0> = (0..blocks).map(|_| block(&mut rng, i8::MIN)).collect();
+            for min in [i8::MIN, -i8::MAX] {
+                let x: Vec<BlockQ8_0> = (0..blocks).map(|_| block(&mut rng, min)).collect();
+                let extras = ActivationExtras::of(&x);
+                let act = extras.with(&x);
+                let expected = dot_q8_0_scalar(&w, &x).to_bits();
+                for (name, dot, needs_no_min) in kernels() {
+                    if needs_no_min && act.has_min {
+                        continue;
+                    }
+                    assert_eq!(
+                        dot(&w, &act).to_bits(),
+                        expected,
+                        "{name}, {blocks} blocks, x down to {min}"
+                    );
+                }
+            }
+        }
     }
 }
 

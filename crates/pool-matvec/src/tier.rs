@@ -148,14 +148,17 @@ pub(crate) fn has_neon_dotprod() -> bool {
 }
 
 /// The quantized kernels' code path under `tier` on this CPU: `scalar`,
-/// `neon`, `neon-dotprod`, `avx2`, `avx512-vnni` (`vpdpbusd` on 256-bit
-/// registers) or `avx512-vbmi` (VNNI, and Q4_0 on full 512-bit registers
-/// by VBMI's byte permute). For reports; the f32 kernel is the tier's.
+/// `neon`, `neon-dotprod`, `avx2`, `avx512bw` (no VNNI: Q4_0 on 512-bit
+/// `maddubs`, Q8_0 on the AVX2 kernel), `avx512-vnni` (`vpdpbusd` on
+/// 256-bit registers) or `avx512-vbmi` (VNNI, and Q4_0 on full 512-bit
+/// registers by VBMI's byte permute). For reports; the f32 kernel is the
+/// tier's.
 pub fn quantized_kernel_name(tier: SimdTier) -> &'static str {
     match tier {
         SimdTier::Avx512 if has_avx512_vbmi() => "avx512-vbmi",
         SimdTier::Avx512 if has_avx512_vnni() => "avx512-vnni",
-        SimdTier::Avx512 | SimdTier::Avx2 => "avx2",
+        SimdTier::Avx512 => "avx512bw",
+        SimdTier::Avx2 => "avx2",
         SimdTier::Neon if has_neon_dotprod() => "neon-dotprod",
         SimdTier::Neon => "neon",
         SimdTier::Portable => "scalar",
