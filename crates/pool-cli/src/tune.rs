@@ -49,6 +49,9 @@ struct TuneReport {
     from_env: PolicyPoint,
     /// The kernels' SIMD tier in this run.
     simd_tier: &'static str,
+    /// The quantized kernels' path under that tier
+    /// (`pool_matvec::quantized_kernel_name`).
+    quantized_kernel: &'static str,
     tokens_per_point: usize,
     points: Vec<Point>,
     best: Point,
@@ -173,6 +176,7 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
         adaptive_points,
         from_env,
         simd_tier: pool_matvec::simd_tier().name(),
+        quantized_kernel: pool_matvec::quantized_kernel_name(pool_matvec::simd_tier()),
         tokens_per_point: o.tokens,
         points,
         best,
@@ -191,8 +195,18 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
     }
     print!("{:>12}", "adaptive");
     println!(
-        "   (tokens/s, median of {}; {}x{}x{} {}, {} kernels)",
-        o.tokens, config.dim, config.hidden, config.layers, report.format, report.simd_tier
+        "   (tokens/s, median of {}; {}x{}x{} {}, {} kernels{})",
+        o.tokens,
+        config.dim,
+        config.hidden,
+        config.layers,
+        report.format,
+        report.simd_tier,
+        if report.format == "f32" {
+            String::new()
+        } else {
+            format!(", quantized: {}", report.quantized_kernel)
+        }
     );
     for participants in 1..=max {
         print!("{participants:>12}");

@@ -283,6 +283,10 @@ fn tune_sweeps_a_tiny_grid_and_recommends_a_setting() {
     let from_env = r["from_env"]["tokens_per_s"].as_f64().unwrap();
     assert!(from_env > 0.0 && from_env.is_finite());
     assert_eq!(r["format"], "f32");
+    assert_eq!(
+        r["quantized_kernel"],
+        pool_matvec::quantized_kernel_name(pool_matvec::simd_tier())
+    );
     let rec = r["recommendation"].as_str().unwrap();
     assert!(
         rec.starts_with("FERROX_CPU_THREADS=") && rec.contains("CMF_POOL_SPIN"),
