@@ -118,7 +118,11 @@ impl<'a> Input<'a> {
         // One Q8_0 activation for every matrix that reads this input.
         let q8_0 = (format != WeightFormat::F32).then(|| {
             let q = quantize_q8_0(x);
-            let extras = ActivationExtras::of(&q);
+            let extras = if format == WeightFormat::Q4_0 {
+                ActivationExtras::for_q4_0(&q)
+            } else {
+                ActivationExtras::of(&q)
+            };
             (q, extras)
         });
         Input { f32: x, q8_0 }

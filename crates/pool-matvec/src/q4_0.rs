@@ -119,7 +119,7 @@ pub fn matvec_q4_0_prepared(
 ) {
     let (rows, blocks_per_row) = (out.len(), xq.len());
     check_blocks("matvec_q4_0", w.len(), rows, blocks_per_row);
-    let extras = ActivationExtras::of(xq);
+    let extras = ActivationExtras::for_q4_0(xq);
     let x = extras.with(xq);
     let pool = pool.filter(|_| should_parallelize(rows, blocks_per_row * QK4_0 / 4));
     rows_into(pool, w, blocks_per_row, &x, out);
@@ -190,7 +190,7 @@ pub fn dot_q4_0_scalar(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
 
 /// One row's dot product by the tier the kernels use (exact for any `x`).
 pub fn dot_q4_0(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
-    let extras = ActivationExtras::of(x);
+    let extras = ActivationExtras::for_q4_0(x);
     select_dot()(w, &extras.with(x))
 }
 
@@ -232,8 +232,63 @@ pub fn dot_q4_0_on(tier: SimdTier, w: &[BlockQ4_0], x: &[BlockQ8_0]) -> Option<f
     if !tier.is_available() {
         return None;
     }
-    let extras = ActivationExtras::of(x);
+    let extras = ActivationExtras::for_q4_0(x);
     Some(kernel_for(tier)(w, &extras.with(x)))
+}
+
+/// The loop every x86 Q4_0 kernel runs over one row: whole groups of
+/// eight blocks (each prefetched ahead), `$group` giving a group's eight
+/// block sums `sum(nibble * x)` and eight weight scales, `scaled_add`,
+/// then `finish`'s tail blocks. A macro, not a function taking a closure:
+/// the loop must expand inside each kernel's `#[target_feature]` function
+/// for the group's intrinsics to inline. Expects `blocks`,
+/// `prefetch_ahead`, `Q4_0_L2_AHEAD`, `scaled_add`, `finish` and the x86
+/// intrinsics in scope.
+#[cfg(target_arch = "x86_64")]
+macro_rules! one_row {
+    ($w:expr, $x:expr, |$gw:ident, $gq:ident| $group:expr) => {{
+        let (w, x) = ($w, $x);
+        let blocks = w.len().min(x.q.len());
+        let mut acc = _mm256_setzero_ps();
+        let groups = blocks::eights(w, blocks).iter().zip(x.groups(blocks));
+        for (($gw, (_, gsum, gd)), $gq) in groups.zip(x.quad_groups(blocks)) {
+            prefetch_ahead::<Q4_0_L2_AHEAD>($gw.as_ptr().cast(), std::mem::size_of_val($gw));
+            let (sums, dw) = $group;
+            acc = scaled_add(acc, sums, dw, gsum, gd);
+        }
+        let b = blocks / blocks::LANES * blocks::LANES;
+        finish(acc, &w[b..blocks], &x.q[b..blocks])
+    }};
+}
+
+/// [`one_row!`] for two rows in one pass: each activation group loaded
+/// once for both, `$groups` giving both rows' `(sums, scales)`, each row's
+/// float steps the one-row kernel's (the same bits).
+#[cfg(target_arch = "x86_64")]
+macro_rules! two_rows {
+    ($w0:expr, $w1:expr, $x:expr, |$g0:ident, $g1:ident, $gq:ident| $groups:expr) => {{
+        let (w0, w1, x) = ($w0, $w1, $x);
+        let blocks = w0.len().min(w1.len()).min(x.q.len());
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let rows = blocks::eights(w0, blocks)
+            .iter()
+            .zip(blocks::eights(w1, blocks));
+        for ((($g0, $g1), (_, gsum, gd)), $gq) in
+            rows.zip(x.groups(blocks)).zip(x.quad_groups(blocks))
+        {
+            prefetch_ahead::<Q4_0_L2_AHEAD>($g0.as_ptr().cast(), std::mem::size_of_val($g0));
+            prefetch_ahead::<Q4_0_L2_AHEAD>($g1.as_ptr().cast(), std::mem::size_of_val($g1));
+            let ((sums0, dw0), (sums1, dw1)) = $groups;
+            acc0 = scaled_add(acc0, sums0, dw0, gsum, gd);
+            acc1 = scaled_add(acc1, sums1, dw1, gsum, gd);
+        }
+        let b = blocks / blocks::LANES * blocks::LANES;
+        let tail = &x.q[b..blocks];
+        (
+            finish(acc0, &w0[b..blocks], tail),
+            finish(acc1, &w1[b..blocks], tail),
+        )
+    }};
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -262,11 +317,7 @@ mod avx2 {
     /// The CPU must support AVX2 and F16C.
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn dot_avx2(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
-        let blocks = w.len().min(x.q.len());
-        let mut acc = _mm256_setzero_ps();
-        let groups = blocks::eights(w, blocks).iter().zip(x.groups(blocks));
-        for ((gw, (_, gsum, gd)), gq) in groups.zip(x.quad_groups(blocks)) {
-            prefetch_ahead::<Q4_0_L2_AHEAD>(gw.as_ptr().cast(), std::mem::size_of_val(gw));
+        one_row!(w, x, |gw, gq| {
             let sums: [__m256i; 4] = std::array::from_fn(|p| {
                 let (low, high) = packed_nibbles(&gw[2 * p], &gw[2 * p + 1]);
                 let (xlo, xhi) = pair_halves(&gq[p / 2], p % 2);
@@ -279,10 +330,8 @@ mod avx2 {
                 _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
             });
             let dw = scales_of(std::array::from_fn(|k| gw[k].d.to_bits()));
-            acc = scaled_add(acc, reduce_pairs(sums), dw, gsum, gd);
-        }
-        let b = blocks / blocks::LANES * blocks::LANES;
-        finish(acc, &w[b..blocks], &x.q[b..blocks])
+            (reduce_pairs(sums), dw)
+        })
     }
 
     /// `acc + (sums - 8 * xsum) * (dw * dx)`: every x86 Q4_0 kernel's
@@ -419,15 +468,7 @@ mod avx512 {
     /// AVX-512 VL/VNNI, AVX2 and F16C.
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,f16c")]
     unsafe fn dot2_vnni(w0: &[BlockQ4_0], w1: &[BlockQ4_0], x: &Activation<'_>) -> (f32, f32) {
-        let blocks = w0.len().min(w1.len()).min(x.q.len());
-        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let rows = blocks::eights(w0, blocks)
-            .iter()
-            .zip(blocks::eights(w1, blocks));
-        for (((g0, g1), (_, gsum, gd)), gq) in rows.zip(x.groups(blocks)).zip(x.quad_groups(blocks))
-        {
-            prefetch_ahead::<Q4_0_L2_AHEAD>(g0.as_ptr().cast(), std::mem::size_of_val(g0));
-            prefetch_ahead::<Q4_0_L2_AHEAD>(g1.as_ptr().cast(), std::mem::size_of_val(g1));
+        two_rows!(w0, w1, x, |g0, g1, gq| {
             let mut sums0 = [_mm256_setzero_si256(); 4];
             let mut sums1 = [_mm256_setzero_si256(); 4];
             for p in 0..4 {
@@ -441,15 +482,8 @@ mod avx512 {
             // SAFETY: `g0` and `g1` are eight blocks each.
             let (dw0, dw1) =
                 unsafe { (gathered_scales(g0.as_ptr()), gathered_scales(g1.as_ptr())) };
-            acc0 = scaled_add(acc0, reduce_pairs(sums0), dw0, gsum, gd);
-            acc1 = scaled_add(acc1, reduce_pairs(sums1), dw1, gsum, gd);
-        }
-        let b = blocks / blocks::LANES * blocks::LANES;
-        let tail = &x.q[b..blocks];
-        (
-            finish(acc0, &w0[b..blocks], tail),
-            finish(acc1, &w1[b..blocks], tail),
-        )
+            ((reduce_pairs(sums0), dw0), (reduce_pairs(sums1), dw1))
+        })
     }
 
     /// Two consecutive blocks' dots as four i32 partial sums each: lanes
@@ -472,11 +506,7 @@ mod avx512 {
     /// AVX-512 VL/VNNI, AVX2 and F16C.
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,f16c")]
     unsafe fn dot_vnni(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
-        let blocks = w.len().min(x.q.len());
-        let mut acc = _mm256_setzero_ps();
-        let groups = blocks::eights(w, blocks).iter().zip(x.groups(blocks));
-        for ((gw, (_, gsum, gd)), gq) in groups.zip(x.quad_groups(blocks)) {
-            prefetch_ahead::<Q4_0_L2_AHEAD>(gw.as_ptr().cast(), std::mem::size_of_val(gw));
+        one_row!(w, x, |gw, gq| {
             let sums: [__m256i; 4] = std::array::from_fn(|p| {
                 // SAFETY: the features, by this function's contract.
                 unsafe {
@@ -486,10 +516,8 @@ mod avx512 {
             });
             // SAFETY: `gw` is eight blocks.
             let dw = unsafe { gathered_scales(gw.as_ptr()) };
-            acc = scaled_add(acc, reduce_pairs(sums), dw, gsum, gd);
-        }
-        let b = blocks / blocks::LANES * blocks::LANES;
-        finish(acc, &w[b..blocks], &x.q[b..blocks])
+            (reduce_pairs(sums), dw)
+        })
     }
 
     /// Safe entry: only selected for the AVX-512 tier with VNNI and VBMI.
@@ -514,16 +542,10 @@ mod avx512 {
     /// AVX-512 F/BW/VL/VNNI/VBMI, GFNI, AVX2 and F16C.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,avx2,f16c")]
     unsafe fn wide_dot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
-        let blocks = w.len().min(x.q.len());
-        let mut acc = _mm256_setzero_ps();
-        let groups = blocks::eights(w, blocks).iter().zip(x.groups(blocks));
-        for ((gw, (_, gsum, gd)), gq) in groups.zip(x.quad_groups(blocks)) {
-            prefetch_ahead::<Q4_0_L2_AHEAD>(gw.as_ptr().cast(), std::mem::size_of_val(gw));
+        one_row!(w, x, |gw, gq| {
             let (dots, dw) = wide_group(gw, gq);
-            acc = scaled_add(acc, block_sums(dots), dw, gsum, gd);
-        }
-        let b = blocks / blocks::LANES * blocks::LANES;
-        finish(acc, &w[b..blocks], &x.q[b..blocks])
+            (block_sums(dots), dw)
+        })
     }
 
     /// Two rows in one pass, each row's steps `wide_dot`'s.
@@ -533,27 +555,12 @@ mod avx512 {
     /// As for `wide_dot`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,avx2,f16c")]
     unsafe fn wide_dot2(w0: &[BlockQ4_0], w1: &[BlockQ4_0], x: &Activation<'_>) -> (f32, f32) {
-        let blocks = w0.len().min(w1.len()).min(x.q.len());
-        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let rows = blocks::eights(w0, blocks)
-            .iter()
-            .zip(blocks::eights(w1, blocks));
-        for (((g0, g1), (_, gsum, gd)), gq) in rows.zip(x.groups(blocks)).zip(x.quad_groups(blocks))
-        {
-            prefetch_ahead::<Q4_0_L2_AHEAD>(g0.as_ptr().cast(), std::mem::size_of_val(g0));
-            prefetch_ahead::<Q4_0_L2_AHEAD>(g1.as_ptr().cast(), std::mem::size_of_val(g1));
+        two_rows!(w0, w1, x, |g0, g1, gq| {
             let (dots0, dw0) = wide_group(g0, gq);
             let (dots1, dw1) = wide_group(g1, gq);
             let (sums0, sums1) = block_sums_of_two_rows(dots0, dots1);
-            acc0 = scaled_add(acc0, sums0, dw0, gsum, gd);
-            acc1 = scaled_add(acc1, sums1, dw1, gsum, gd);
-        }
-        let b = blocks / blocks::LANES * blocks::LANES;
-        let tail = &x.q[b..blocks];
-        (
-            finish(acc0, &w0[b..blocks], tail),
-            finish(acc1, &w1[b..blocks], tail),
-        )
+            ((sums0, dw0), (sums1, dw1))
+        })
     }
 
     /// Where a block's byte lies in the two 64-byte loads `vpermt2b`
@@ -716,16 +723,10 @@ mod avx512bw {
     /// AVX-512 F/BW, AVX2 and F16C.
     #[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
     unsafe fn bw_dot(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
-        let blocks = w.len().min(x.q.len());
-        let mut acc = _mm256_setzero_ps();
-        let groups = blocks::eights(w, blocks).iter().zip(x.groups(blocks));
-        for ((gw, (_, gsum, gd)), gq) in groups.zip(x.quad_groups(blocks)) {
-            prefetch_ahead::<Q4_0_L2_AHEAD>(gw.as_ptr().cast(), std::mem::size_of_val(gw));
+        one_row!(w, x, |gw, gq| {
             let dw = scales_of(std::array::from_fn(|k| gw[k].d.to_bits()));
-            acc = scaled_add(acc, block_sums(group_dots(gw, gq)), dw, gsum, gd);
-        }
-        let b = blocks / blocks::LANES * blocks::LANES;
-        finish(acc, &w[b..blocks], &x.q[b..blocks])
+            (block_sums(group_dots(gw, gq)), dw)
+        })
     }
 
     /// Two rows in one pass, each row's steps `bw_dot`'s.
@@ -735,27 +736,12 @@ mod avx512bw {
     /// As for `bw_dot`.
     #[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
     unsafe fn bw_dot2(w0: &[BlockQ4_0], w1: &[BlockQ4_0], x: &Activation<'_>) -> (f32, f32) {
-        let blocks = w0.len().min(w1.len()).min(x.q.len());
-        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let rows = blocks::eights(w0, blocks)
-            .iter()
-            .zip(blocks::eights(w1, blocks));
-        for (((g0, g1), (_, gsum, gd)), gq) in rows.zip(x.groups(blocks)).zip(x.quad_groups(blocks))
-        {
-            prefetch_ahead::<Q4_0_L2_AHEAD>(g0.as_ptr().cast(), std::mem::size_of_val(g0));
-            prefetch_ahead::<Q4_0_L2_AHEAD>(g1.as_ptr().cast(), std::mem::size_of_val(g1));
+        two_rows!(w0, w1, x, |g0, g1, gq| {
             let (sums0, sums1) = block_sums_of_two_rows(group_dots(g0, gq), group_dots(g1, gq));
             let dw0 = scales_of(std::array::from_fn(|k| g0[k].d.to_bits()));
             let dw1 = scales_of(std::array::from_fn(|k| g1[k].d.to_bits()));
-            acc0 = scaled_add(acc0, sums0, dw0, gsum, gd);
-            acc1 = scaled_add(acc1, sums1, dw1, gsum, gd);
-        }
-        let b = blocks / blocks::LANES * blocks::LANES;
-        let tail = &x.q[b..blocks];
-        (
-            finish(acc0, &w0[b..blocks], tail),
-            finish(acc1, &w1[b..blocks], tail),
-        )
+            ((sums0, dw0), (sums1, dw1))
+        })
     }
 
     /// A group's partial dots `sum(nibble * x)`, four i32 lanes per block.
@@ -924,7 +910,7 @@ mod tests {
                     }),
                 })
                 .collect();
-            let extras = ActivationExtras::of(&x);
+            let extras = ActivationExtras::for_q4_0(&x);
             let act = extras.with(&x);
             let (w0, w1) = w.split_at(blocks);
             let expected = (dot_q4_0_scalar(w0, &x), dot_q4_0_scalar(w1, &x));

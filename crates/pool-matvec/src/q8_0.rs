@@ -176,6 +176,7 @@ pub(crate) struct Activation<'a> {
     /// halves (`[x0[..16], x1[..16], x2[..16], x3[..16], x0[16..], ..]`):
     /// what Q4_0's x86 kernels multiply low and high nibbles by, one load
     /// per two blocks' (32 bytes) or four blocks' (64 bytes) halves.
+    /// Empty unless built by [`ActivationExtras::for_q4_0`].
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) quads: &'a [[i8; 128]],
     /// Whether a value is -128 (never from `quantize_q8_0`): the AVX2
@@ -221,6 +222,8 @@ pub(crate) struct ActivationExtras {
 }
 
 impl ActivationExtras {
+    /// What every kernel reads: scales, sums, whether -128 occurs. No
+    /// `quads` (only Q4_0's kernels read them: [`ActivationExtras::for_q4_0`]).
     pub(crate) fn of(q: &[BlockQ8_0]) -> ActivationExtras {
         ActivationExtras {
             d: q.iter().map(|b| b.d.to_f32()).collect(),
@@ -228,24 +231,30 @@ impl ActivationExtras {
                 .iter()
                 .map(|b| b.qs.iter().map(|&v| i32::from(v)).sum())
                 .collect(),
-            // Only the x86 Q4_0 kernels read them: elsewhere, no work.
-            quads: if cfg!(target_arch = "x86_64") {
-                q.chunks_exact(4)
-                    .map(|four| {
-                        let mut quad = [0i8; 128];
-                        // Sixteen bytes at a time: half `h` of block `b`.
-                        for (j, part) in quad.chunks_exact_mut(16).enumerate() {
-                            let (h, b) = (j / 4, j % 4);
-                            part.copy_from_slice(&four[b].qs[16 * h..][..16]);
-                        }
-                        quad
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            },
+            quads: Vec::new(),
             has_min: q.iter().any(|b| b.qs.contains(&i8::MIN)),
         }
+    }
+
+    /// [`ActivationExtras::of`] plus the `quads` the x86 Q4_0 kernels
+    /// read (elsewhere none: no work).
+    pub(crate) fn for_q4_0(q: &[BlockQ8_0]) -> ActivationExtras {
+        let mut extras = ActivationExtras::of(q);
+        if cfg!(target_arch = "x86_64") {
+            extras.quads = q
+                .chunks_exact(4)
+                .map(|four| {
+                    let mut quad = [0i8; 128];
+                    // Sixteen bytes at a time: half `h` of block `b`.
+                    for (j, part) in quad.chunks_exact_mut(16).enumerate() {
+                        let (h, b) = (j / 4, j % 4);
+                        part.copy_from_slice(&four[b].qs[16 * h..][..16]);
+                    }
+                    quad
+                })
+                .collect();
+        }
+        extras
     }
 
     /// The activation of `q`, which these extras were computed from.
