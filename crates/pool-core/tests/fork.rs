@@ -60,8 +60,15 @@ fn a_forked_child_runs_jobs_on_the_calling_thread_and_drops_the_pool_cleanly() {
                     *shape.lock().unwrap() = (idx, n);
                 });
             }
-            // Documented: the child runs each job inline, as f(0, 1).
-            let ok = entries.load(Ordering::Relaxed) == 10 && *shape.lock().unwrap() == (0, 1);
+            // Documented: the child runs each job inline, as f(0, 1); a
+            // reduction folds that one value.
+            let folded = pool.reduce(&|idx, n| vec![(idx, n)], |mut a, b| {
+                a.extend(b);
+                a
+            });
+            let ok = entries.load(Ordering::Relaxed) == 10
+                && *shape.lock().unwrap() == (0, 1)
+                && folded == [(0, 1)];
             drop(pool);
             // The global pool (the parent's) runs inline here too.
             let global_entries = AtomicUsize::new(0);

@@ -1,7 +1,8 @@
 //! `Pool::reduce`: one value per participant, folded in participant order
 //! whatever the order they finish in; inline and nested runs fold one
 //! value; wide pools (slots on the heap) fold as narrow ones; a panic
-//! reaches the caller and drops every value already made.
+//! reaches the caller and drops every value already made; pinned,
+//! oversubscribed and several-caller settings fold as the lab case.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -145,5 +146,73 @@ fn a_panicking_participant_reaches_the_caller_and_every_value_is_dropped_once() 
             // The pool still works.
             assert!(!fold_order(&pool).is_empty());
         }
+    });
+}
+
+/// Every participant's value, checked in order, many times over.
+fn check_folds(pool: &Pool) {
+    for job in 0..JOBS {
+        let order = fold_order(pool);
+        let n = order.len();
+        assert_eq!(
+            order,
+            (0..n).map(|idx| (idx, n)).collect::<Vec<_>>(),
+            "job {job}"
+        );
+    }
+}
+
+#[test]
+fn folds_hold_with_pinned_workers_and_a_pinned_caller() {
+    watched("reduce_pinned", |_| {
+        let cpus = pool_topo::process_affinity_cpus();
+        if cpus.len() < 2 {
+            eprintln!("needs two usable CPUs: skipping");
+            return;
+        }
+        // The watched body runs on its own thread: pinning it is harmless.
+        pool_topo::pin_current_thread(&[cpus[0]]).unwrap();
+        let pool = Pool::builder()
+            .workers(1)
+            .pin_workers(vec![cpus[1]])
+            .spin(1000)
+            .build()
+            .unwrap();
+        check_folds(&pool);
+        // Oversubscribed: three workers pinned beside the caller's CPU.
+        let pool = Pool::builder()
+            .workers(3)
+            .pin_workers(vec![cpus[1], cpus[0], cpus[1]])
+            .spin(1000)
+            .build()
+            .unwrap();
+        check_folds(&pool);
+    });
+}
+
+#[test]
+fn several_threads_reducing_on_one_pool_each_get_their_own_values_in_order() {
+    watched("reduce_callers", |_| {
+        // The adaptive policy: with three callers on 2 CPUs some jobs run
+        // inline (n = 1), which the check allows.
+        let pool = Pool::new(2);
+        std::thread::scope(|s| {
+            for caller in 0..3usize {
+                let pool = &pool;
+                s.spawn(move || {
+                    for job in 0..JOBS {
+                        // Each value carries its caller: a slot shared
+                        // between two callers' jobs would mix them.
+                        let got = pool.reduce(&|idx, n| vec![(caller, idx, n)], |mut a, b| {
+                            a.extend(b);
+                            a
+                        });
+                        let n = got.len();
+                        let expected: Vec<_> = (0..n).map(|idx| (caller, idx, n)).collect();
+                        assert_eq!(got, expected, "caller {caller}, job {job}");
+                    }
+                });
+            }
+        });
     });
 }
