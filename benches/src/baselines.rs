@@ -387,7 +387,10 @@ impl RayonExecutor {
 
 /// Row jobs on rayon: the same grains as the pool (`grain_for` over the
 /// pool's width), one `par_iter` task per grain inside `install`.
-impl pool_matvec::RowParallel for RayonExecutor {
+// SAFETY: chunk `c` covers rows `c * grain..min((c + 1) * grain, rows)`:
+// disjoint, non-empty, inside `0..rows`; rayon's `for_each` calls each
+// index once, and `install` returns after every call.
+unsafe impl pool_matvec::RowParallel for RayonExecutor {
     fn run_rows(&self, rows: usize, f: &pool_matvec::RowFn<'_>) {
         if rows == 0 {
             return;

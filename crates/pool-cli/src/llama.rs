@@ -64,7 +64,7 @@ pub(crate) struct DecodeOptions {
     pub(crate) steps: usize,
     pub(crate) threads: Option<usize>,
     pub(crate) executor: Executor,
-    pub(crate) huge_pages: bool,
+    pub(crate) mmap: bool,
     pub(crate) json: bool,
 }
 
@@ -206,13 +206,14 @@ fn weights_ceiling_gbs(model: &Llama2, pool: Option<&Pool>, samples: usize) -> f
 }
 
 pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
-    let residence = if o.huge_pages {
-        Residence::HugePageCopy
+    let model = if o.mmap {
+        // SAFETY: `--mmap` is the user's promise that the model file does
+        // not change while it decodes (documented with the flag).
+        unsafe { Llama2::open_mapped(&o.model) }
     } else {
-        Residence::Mapped
-    };
-    let model = Llama2::open_with(&o.model, residence)
-        .map_err(|e| format!("{}: {e}", o.model.display()))?;
+        Llama2::open(&o.model)
+    }
+    .map_err(|e| format!("{}: {e}", o.model.display()))?;
     let config = *model.config();
     let tokenizer = o
         .tokenizer
@@ -387,9 +388,11 @@ pub(crate) fn measure_checkpoints(
         let path = temp_checkpoint(name);
         write_random_checkpoint(&path, &config, 42)
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        let model = Llama2::open(&path).map_err(|e| format!("{}: {e}", path.display()));
-        let copied = Llama2::open_with(&path, Residence::HugePageCopy)
-            .map_err(|e| format!("{}: {e}", path.display()));
+        // SAFETY: a file this function just wrote to a path of its own and
+        // unlinks below: nothing else writes or truncates it.
+        let model =
+            unsafe { Llama2::open_mapped(&path) }.map_err(|e| format!("{}: {e}", path.display()));
+        let copied = Llama2::open(&path).map_err(|e| format!("{}: {e}", path.display()));
         // Unlinked at once: the mapping keeps the pages.
         let _ = std::fs::remove_file(&path);
         let (model, copied) = (model?, copied?);

@@ -96,7 +96,7 @@ enum Command {
     /// the pool: the tokens (or text, with --tokenizer), tokens/s after the
     /// first token, and the share of the bandwidth bound reached.
     Decode {
-        /// The checkpoint (mapped read-only).
+        /// The checkpoint.
         model: PathBuf,
         /// A llama2.c tokenizer file, to print text instead of token ids.
         #[arg(long, value_name = "FILE")]
@@ -112,9 +112,15 @@ enum Command {
         /// (`openmp`: llama2.c's C forward pass with OpenMP instead).
         #[arg(long, value_enum, default_value_t = llama::Executor::Pool)]
         executor: llama::Executor,
-        /// Copy the weights into transparent huge pages instead of reading
-        /// the file mapping in place (faster from DRAM; costs the copy).
+        /// Read the weights in place through a shared mapping of the file
+        /// instead of a copy in transparent huge pages (the default): no
+        /// copy and no load time, but slower from DRAM, and the file must
+        /// not change while decoding (a truncation kills the process with
+        /// SIGBUS).
         #[arg(long)]
+        mmap: bool,
+        /// The default now (kept so older command lines still parse).
+        #[arg(long, hide = true, conflicts_with = "mmap")]
         huge_pages: bool,
         /// One JSON object instead of text (schema: docs/cli.md).
         #[arg(long)]
@@ -210,7 +216,8 @@ fn main() -> ExitCode {
             steps,
             threads,
             executor,
-            huge_pages,
+            mmap,
+            huge_pages: _,
             json,
         }) => llama::run_decode(llama::DecodeOptions {
             model,
@@ -218,7 +225,7 @@ fn main() -> ExitCode {
             steps: steps as usize,
             threads: threads.map(|n| n as usize),
             executor,
-            huge_pages,
+            mmap,
             json,
         }),
         Some(Command::RandomCheckpoint { shape, out, seed }) => {

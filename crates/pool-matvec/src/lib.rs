@@ -56,7 +56,8 @@ pub use q8_0::{
     quantize_q8_0, BlockQ8_0, QK8_0,
 };
 pub use rows::{
-    grain_for, RowFn, RowParallel, RowsInto, RowsIntoFn, GRAINS_PER_PARTICIPANT, MIN_GRAIN,
+    grain_for, Broadcast, RowFn, RowParallel, RowsInto, RowsIntoFn, GRAINS_PER_PARTICIPANT,
+    MIN_GRAIN,
 };
 pub use shape::{should_parallelize, PARALLEL_THRESHOLD};
 pub use tier::{quantized_kernel_name, simd_tier, SimdTier, SIMD_TIER_ENV};

@@ -48,8 +48,36 @@ pub fn grain_for(rows: usize, participants: usize) -> usize {
     target.min(rows.div_ceil(participants)).max(1)
 }
 
-/// Row-parallel jobs over a pool.
-pub trait RowParallel {
+/// Row-parallel jobs over an executor: the pool, [`Serial`], or any
+/// [`Broadcast`] executor of your own.
+///
+/// # Safety
+///
+/// [`RowsInto`] and this crate's kernels hand every range `run_rows` gives
+/// out a `&mut` to those rows of an output, so an implementation must keep
+/// the contract of [`RowParallel::run_rows`]: every call `f(start, end)` has
+/// `start < end <= rows`, no row is handed out twice in one job (the ranges
+/// are disjoint and each is called once), and `run_rows` returns only after
+/// every call of `f` returned. Two calls on the same rows would be two live
+/// `&mut` to them: a data race.
+///
+/// You rarely need to implement it: implement the safe [`Broadcast`]
+/// instead, and the rows are handed out by this crate's own cursor, which
+/// keeps the contract whatever your executor does.
+///
+/// ```compile_fail,E0200
+/// // Implementing it without `unsafe` does not compile:
+/// struct Twice;
+/// impl pool_matvec::RowParallel for Twice {
+///     fn run_rows(&self, rows: usize, f: &pool_matvec::RowFn<'_>) {
+///         f(0, rows);
+///         f(0, rows); // two `&mut` to the same rows
+///     }
+/// }
+/// ```
+///
+/// [`Serial`]: crate::decode::Serial
+pub unsafe trait RowParallel {
     /// Calls `f(start, end)` over disjoint, non-empty ranges covering
     /// `0..rows` exactly once, in one dispatch. `rows == 0`: no callback,
     /// no dispatch; a single chunk runs on the caller without a dispatch.
@@ -61,6 +89,75 @@ pub trait RowParallel {
     fn run_many(&self, parts: &[(usize, &RowFn<'_>)]) {
         let total: usize = parts.iter().map(|(rows, _)| rows).sum();
         self.run_rows(total, &|start, end| for_parts_in(parts, start, end));
+    }
+}
+
+/// A fork-join executor of your own (a rayon pool, a C library's thread
+/// pool, ...) that runs row jobs: implement this safe trait, and the
+/// executor is a [`RowParallel`] (so [`RowsInto`] and every kernel take
+/// it).
+///
+/// Rows are not handed out by your code: each call of `f` pulls row ranges
+/// from a cursor this crate owns until none is left, so whatever
+/// `broadcast` does (call `f` on every thread, on one, twice on the same
+/// thread, or not at all), each row runs exactly once; rows no call took
+/// run on the calling thread after `broadcast` returns. `f` borrows the
+/// caller's stack, so safe code cannot call it after `broadcast` returned.
+///
+/// ```
+/// use pool_matvec::{Broadcast, RowsInto};
+/// /// Scoped std threads: a new thread per job (slow, but it shows the shape).
+/// struct ScopedThreads(usize);
+/// impl Broadcast for ScopedThreads {
+///     fn width(&self) -> usize {
+///         self.0
+///     }
+///     fn broadcast(&self, f: &(dyn Fn() + Sync)) {
+///         std::thread::scope(|s| {
+///             for _ in 1..self.0 {
+///                 s.spawn(f);
+///             }
+///             f();
+///         });
+///     }
+/// }
+/// let mut squares = vec![0usize; 1000];
+/// ScopedThreads(3).run_rows_into(&mut squares, &|start, rows| {
+///     for (i, row) in rows.iter_mut().enumerate() {
+///         *row = (start + i) * (start + i);
+///     }
+/// });
+/// assert_eq!(squares[999], 999 * 999);
+/// ```
+pub trait Broadcast {
+    /// How many threads `broadcast` runs `f` on at once, the caller's
+    /// included: the row grain is sized for them. `0` counts as 1.
+    fn width(&self) -> usize;
+
+    /// Calls `f` on up to [`Broadcast::width`] threads and returns once
+    /// every call returned.
+    fn broadcast(&self, f: &(dyn Fn() + Sync));
+}
+
+// SAFETY: the rows come from `pull_chunks` over a cursor this function
+// owns: every range it hands out is non-empty, inside `0..rows`, and
+// claimed by one successful compare-exchange, so no row is handed out twice
+// however often `broadcast` calls the closure. The closure borrows
+// `cursor` and `f` from this frame, so every call ends before
+// `broadcast` returns (safe code cannot keep a non-`'static` borrow past
+// it), and the final `pull_chunks` runs on this thread.
+unsafe impl<E: Broadcast + ?Sized> RowParallel for E {
+    fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
+        if rows == 0 {
+            return;
+        }
+        let width = self.width().max(1);
+        let cursor = CachePadded::new(AtomicUsize::new(0));
+        if rows.div_ceil(grain_for(rows, width)) > 1 {
+            self.broadcast(&|| pull_chunks(&cursor, rows, width, f));
+        }
+        // Whatever no call took (or everything, for one chunk).
+        pull_chunks(&cursor, rows, width, f);
     }
 }
 
@@ -134,7 +231,9 @@ impl<E: RowParallel + ?Sized> RowsInto for E {}
 
 /// `None` runs serially: an `Option<Pool>` from `Pool::from_env` needs no
 /// branch at the call site.
-impl RowParallel for Option<Pool> {
+// SAFETY: forwards to the pool's or `Serial`'s `run_rows`, which keep the
+// contract.
+unsafe impl RowParallel for Option<Pool> {
     fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
         match self {
             Some(pool) => pool.run_rows(rows, f),
@@ -144,7 +243,8 @@ impl RowParallel for Option<Pool> {
 }
 
 /// As for `Option<Pool>`.
-impl RowParallel for Option<&Pool> {
+// SAFETY: as for `Option<Pool>`.
+unsafe impl RowParallel for Option<&Pool> {
     fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
         match self {
             Some(pool) => pool.run_rows(rows, f),
@@ -153,7 +253,10 @@ impl RowParallel for Option<&Pool> {
     }
 }
 
-impl RowParallel for Pool {
+// SAFETY: `pull_rows` hands out ranges of `0..rows` by compare-exchange on
+// its own cursor (each row once), and `run_limited` returns only after
+// every participant finished.
+unsafe impl RowParallel for Pool {
     fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
         pull_rows(self, rows, f);
     }
@@ -161,7 +264,8 @@ impl RowParallel for Pool {
 
 /// The serial executor: the whole range in one call on the calling thread,
 /// so code written against `&dyn RowParallel` needs no branch for it.
-impl RowParallel for crate::decode::Serial {
+// SAFETY: one call over the whole range, on this thread, before returning.
+unsafe impl RowParallel for crate::decode::Serial {
     fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
         if rows > 0 {
             f(0, rows);

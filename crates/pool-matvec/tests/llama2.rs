@@ -194,7 +194,9 @@ fn decoded_tokens_equal_the_scalar_reference_on_every_thread_count() {
             write_random_checkpoint(&path, &config, 11).unwrap();
             let (expected, logits) =
                 Reference::new(&std::fs::read(&path).unwrap()).generate(config.seq_len);
-            let model = Llama2::open(&path).unwrap();
+            // SAFETY: this test's own temp file; nothing changes it while
+            // the model lives.
+            let model = unsafe { Llama2::open_mapped(&path) }.unwrap();
             assert_eq!(model.config(), &config);
             assert!(model.mapped_file().is_some(), "read in place");
             // Each step's logits agree to rounding (the kernel's lane order
@@ -224,7 +226,7 @@ fn decoded_tokens_equal_the_scalar_reference_on_every_thread_count() {
             }
             drop(model);
             stage.set(format!("shared {shared}, huge-page copy"));
-            let copied = Llama2::open_with(&path, Residence::HugePageCopy).unwrap();
+            let copied = Llama2::open(&path).unwrap();
             assert_eq!(copied.residence(), Some(Residence::HugePageCopy));
             assert!(copied.mapped_file().is_none());
             let pool = Pool::with_spin(1, 1000);
@@ -378,5 +380,28 @@ fn the_parallel_argmax_is_the_serial_one() {
                 &logits[..logits.len().min(5)]
             );
         }
+    });
+}
+
+#[test]
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg_attr(miri, ignore = "reads a file into a huge-page mapping")]
+fn a_model_opened_safely_survives_its_file_being_truncated_and_rewritten() {
+    watched("llama2_truncated", |_| {
+        let config = small(true);
+        let path = temp_path("truncated-under-model");
+        write_random_checkpoint(&path, &config, 5).unwrap();
+        let model = Llama2::open(&path).unwrap();
+        let before = model.generate(&Serial, 4, |_, _| {});
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        std::fs::write(&path, vec![0xffu8; 4096]).unwrap();
+        // No SIGBUS, and the same tokens: the model holds its own copy.
+        assert_eq!(model.generate(&Serial, 4, |_, _| {}), before);
+        std::fs::remove_file(&path).unwrap();
     });
 }

@@ -234,3 +234,52 @@ fn run_rows_into_and_run_many_into_hand_each_range_its_own_rows() {
         }
     });
 }
+
+/// A careless executor written without `unsafe`: it runs the job twice on
+/// every thread, or never. Each row must still be written exactly once.
+struct Careless {
+    threads: usize,
+    calls_per_thread: usize,
+}
+
+impl Broadcast for Careless {
+    fn width(&self) -> usize {
+        self.threads
+    }
+    fn broadcast(&self, f: &(dyn Fn() + Sync)) {
+        std::thread::scope(|s| {
+            for _ in 0..self.threads {
+                s.spawn(|| (0..self.calls_per_thread).for_each(|_| f()));
+            }
+        });
+    }
+}
+
+#[test]
+fn a_broadcast_executor_that_runs_the_job_twice_still_writes_each_row_once() {
+    watched("careless broadcast", |stage| {
+        let rows = if cfg!(miri) { 300 } else { 65_536 };
+        for (threads, calls_per_thread) in [(2, 2), (3, 1), (1, 3), (4, 0)] {
+            stage.set(format!("{threads} threads x {calls_per_thread} calls"));
+            let exec = Careless {
+                threads,
+                calls_per_thread,
+            };
+            let mut out = vec![0u32; rows];
+            exec.run_rows_into(&mut out, &|start, rows| {
+                for (i, row) in rows.iter_mut().enumerate() {
+                    *row += (start + i) as u32 + 1;
+                }
+            });
+            let wrong = out
+                .iter()
+                .enumerate()
+                .filter(|&(i, &v)| v != i as u32 + 1)
+                .count();
+            assert_eq!(wrong, 0, "rows written other than once");
+            let calls = Mutex::new(Vec::new());
+            exec.run_rows(rows, &|start, end| calls.lock().unwrap().push((start, end)));
+            assert_covered_once(calls.into_inner().unwrap(), rows);
+        }
+    });
+}

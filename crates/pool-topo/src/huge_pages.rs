@@ -39,7 +39,50 @@ impl HugePageCopy {
     /// disabled, `never`), the copy is still made, on normal pages, and
     /// a `tracing` warning says so.
     pub fn of(bytes: &[u8]) -> io::Result<HugePageCopy> {
-        let len = bytes.len();
+        HugePageCopy::filled(bytes.len(), |target| {
+            target.copy_from_slice(bytes);
+            Ok(())
+        })
+    }
+
+    /// Reads the whole file at `path` into a new copy, with `read(2)`: no
+    /// mapping of the file is ever made, so nothing another process does to
+    /// the file afterwards (truncating it, writing it) can reach this
+    /// memory. This is the sound way to hold weights from safe code; a
+    /// file that changes length while it is read is an error.
+    pub fn read_file(path: impl AsRef<std::path::Path>) -> io::Result<HugePageCopy> {
+        use std::io::Read;
+        let path = path.as_ref();
+        let mut file = std::fs::File::open(path)?;
+        let len = usize::try_from(file.metadata()?.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file too large to read"))?;
+        HugePageCopy::filled(len, |target| {
+            file.read_exact(target).map_err(|err| {
+                io::Error::new(
+                    err.kind(),
+                    format!(
+                        "{}: read {len} bytes: {err} (did the file shrink while read?)",
+                        path.display()
+                    ),
+                )
+            })?;
+            let mut probe = [0u8; 1];
+            if file.read(&mut probe)? != 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: the file grew while it was read", path.display()),
+                ));
+            }
+            Ok(())
+        })
+    }
+
+    /// A fresh anonymous mapping of `len` bytes advised for huge pages,
+    /// written by `fill`, then made read-only.
+    fn filled(
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> io::Result<()>,
+    ) -> io::Result<HugePageCopy> {
         if len == 0 {
             return Ok(HugePageCopy {
                 ptr: NonNull::dangling(),
@@ -72,10 +115,10 @@ impl HugePageCopy {
                 io::Error::last_os_error()
             );
         }
-        // SAFETY: `len` writable bytes of our own mapping, nothing else
-        // refers to them yet; `bytes` is a different object (the mapping
-        // is fresh), so the ranges do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), copy.ptr.as_ptr(), len) };
+        // SAFETY: `len` writable, zeroed bytes of our own fresh mapping;
+        // nothing else refers to them, and the `&mut` ends before the
+        // mapping is made read-only below.
+        fill(unsafe { std::slice::from_raw_parts_mut(copy.ptr.as_ptr(), len) })?;
         // SAFETY: our own mapping; from here on it is only read.
         if unsafe { libc::mprotect(ptr, len, libc::PROT_READ) } != 0 {
             return Err(io::Error::last_os_error()); // `copy` unmaps on drop
@@ -137,5 +180,30 @@ mod tests {
         assert_eq!(copy.as_bytes(), &bytes[..]);
         assert!(copy.huge_page_bytes().is_some(), "smaps has the mapping");
         assert!(HugePageCopy::of(&[]).unwrap().as_bytes().is_empty());
+    }
+
+    #[test]
+    fn a_file_read_into_a_copy_is_not_reached_by_a_later_truncation() {
+        let path = std::env::temp_dir().join(format!("hpc-read-{}.bin", std::process::id()));
+        let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 13) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let copy = HugePageCopy::read_file(&path).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        std::fs::write(&path, b"changed").unwrap();
+        assert_eq!(
+            copy.as_bytes(),
+            &bytes[..],
+            "the copy is the file as it was read"
+        );
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            HugePageCopy::read_file(&path).is_err(),
+            "a missing file is an error"
+        );
     }
 }

@@ -1,6 +1,20 @@
 //! A file mapped shared and read-only: the only memory whose page-cache
 //! pages [`MappedFile::place_span`] may drop and read again.
 //!
+//! Mapping is `unsafe`, as in `memmap2`: the bytes are handed out as a
+//! `&[u8]`, which Rust assumes no one changes, yet another process (or
+//! safe `std::fs` code in this one) can write the file, and a truncation
+//! turns the next read of a page past the new end into `SIGBUS`. The
+//! caller of [`MappedFile::open`] promises that neither happens while the
+//! mapping lives. Safe code reads the file into memory instead
+//! ([`crate::HugePageCopy::read_file`]), which nothing done to the file
+//! afterwards can reach.
+//!
+//! ```compile_fail,E0133
+//! // Mapping a file is unsafe: the file could change under the `&[u8]`.
+//! let file = pool_topo::MappedFile::open("/etc/hostname").unwrap();
+//! ```
+//!
 //! Dropping pages (`madvise(MADV_DONTNEED)`) is harmless only on a shared
 //! file mapping: the next access faults the same bytes back from the page
 //! cache or the file. On heap memory or a private mapping that was written
@@ -32,7 +46,8 @@ use crate::two_nodes::{place_file_span, SpanPlacement};
 ///
 /// `ptr..ptr + len` is a `PROT_READ`, `MAP_SHARED` mapping of `file` from
 /// offset 0, created by [`MappedFile::from_file`] and unmapped only by
-/// `Drop`; `len == 0` maps nothing (`ptr` dangling).
+/// `Drop`; `len == 0` maps nothing (`ptr` dangling). The file is neither
+/// truncated nor written while it lives (the contract of `from_file`).
 #[derive(Debug)]
 pub struct MappedFile {
     ptr: NonNull<u8>,
@@ -48,13 +63,28 @@ unsafe impl Sync for MappedFile {}
 
 impl MappedFile {
     /// Opens `path` read-only and maps it whole.
-    pub fn open(path: impl AsRef<Path>) -> io::Result<MappedFile> {
-        MappedFile::from_file(File::open(path)?)
+    ///
+    /// # Safety
+    ///
+    /// As for [`MappedFile::from_file`]: nobody may truncate or write the
+    /// file while the returned mapping lives.
+    pub unsafe fn open(path: impl AsRef<Path>) -> io::Result<MappedFile> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { MappedFile::from_file(File::open(path)?) }
     }
 
     /// Maps `file` whole, shared and read-only. The file must be opened for
     /// reading; its current length is mapped.
-    pub fn from_file(file: File) -> io::Result<MappedFile> {
+    ///
+    /// # Safety
+    ///
+    /// Until the returned value is dropped, the file must not be truncated
+    /// (a read of a page past the new end raises `SIGBUS`) or written (the
+    /// bytes behind the `&[u8]` of [`MappedFile::as_bytes`] would change),
+    /// by this process or any other. Model files an engine ships read-only
+    /// meet this; a file another program may rewrite does not: read it
+    /// with [`crate::HugePageCopy::read_file`] instead.
+    pub unsafe fn from_file(file: File) -> io::Result<MappedFile> {
         let len = usize::try_from(file.metadata()?.len())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file too large to map"))?;
         if len == 0 {

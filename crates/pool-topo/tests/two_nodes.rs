@@ -95,7 +95,9 @@ mod pages {
         let bytes: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
         file.write_all(&bytes).unwrap();
         file.sync_all().unwrap();
-        let mapped = MappedFile::open(&path).unwrap();
+        // SAFETY: this test's own file, unlinked at once: nobody else can
+        // open it to truncate or write it.
+        let mapped = unsafe { MappedFile::open(&path) }.unwrap();
         std::fs::remove_file(&path).unwrap();
         mapped
     }
@@ -167,7 +169,8 @@ mod pages {
     fn an_empty_file_maps_to_no_bytes() {
         let path = std::env::temp_dir().join(format!("pool-topo-empty-{}", std::process::id()));
         std::fs::File::create(&path).unwrap();
-        let mapped = MappedFile::open(&path).unwrap();
+        // SAFETY: as in `mapped`.
+        let mapped = unsafe { MappedFile::open(&path) }.unwrap();
         std::fs::remove_file(&path).unwrap();
         assert!(mapped.is_empty() && mapped.as_bytes().is_empty());
     }

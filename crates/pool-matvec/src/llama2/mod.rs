@@ -11,9 +11,11 @@
 //!   head is computed by one participant in position order, so the logits
 //!   and the generated tokens are bit-identical for every executor and
 //!   thread count.
-//! - [`Llama2::open`] maps the file shared and read-only (Linux, Android):
-//!   the weights are read in place, and [`Llama2::mapped_file`] hands the
-//!   mapping to `pool-topo`'s NUMA placement. Elsewhere it reads the file.
+//! - [`Llama2::open`] reads the file into memory (huge pages where the
+//!   kernel has them), which nothing done to the file later can reach;
+//!   [`Llama2::open_mapped`] (`unsafe`: the file must not change) reads it
+//!   in place, and [`Llama2::mapped_file`] hands the mapping to
+//!   `pool-topo`'s NUMA placement.
 //!
 //! ```
 //! # #[cfg(not(miri))] { // a file mapping
@@ -46,7 +48,7 @@ use crate::disjoint::DisjointRows;
 use crate::fast::{dot_fast, matvec_f32_fast};
 use crate::rows::{RowParallel, RowsInto, RowsIntoFn};
 
-/// Where [`Llama2::open_with`] puts the weights.
+/// Where a [`Llama2`] holds its weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Residence {
     /// The file mapped shared and read-only, read in place (Linux and
@@ -82,44 +84,71 @@ pub struct Llama2 {
 }
 
 impl Llama2 {
-    /// Opens a checkpoint: mapped in place on Linux and Android, read
-    /// into memory elsewhere. A truncated file, a header that makes no
-    /// model, or bytes after the data are errors.
+    /// Opens a checkpoint, reading it into memory (on Linux and Android a
+    /// copy on transparent huge pages, [`Residence::HugePageCopy`]):
+    /// whatever happens to the file afterwards cannot reach the model. A
+    /// truncated file, a header that makes no model, or bytes after the
+    /// data are errors. [`Llama2::open_mapped`] reads the file in place
+    /// instead, without the copy, if you can promise the file stays as it
+    /// is.
     pub fn open(path: impl AsRef<Path>) -> Result<Llama2, LoadError> {
-        Llama2::open_with(path, Residence::Mapped)
-    }
-
-    /// Opens a checkpoint with its weights where `residence` says.
-    pub fn open_with(path: impl AsRef<Path>, residence: Residence) -> Result<Llama2, LoadError> {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         {
-            let file = pool_topo::MappedFile::open(path)?;
-            let (config, layout) = Llama2::check(file.as_bytes())?;
-            if cfg!(target_endian = "big") {
-                return Err(LoadError::Unsupported(
-                    "little-endian floats on a big-endian CPU",
-                ));
-            }
-            let storage = match residence {
-                Residence::Mapped => Storage::Mapped(file),
-                Residence::HugePageCopy => {
-                    Storage::HugePages(pool_topo::HugePageCopy::of(file.as_bytes())?)
-                }
-            };
-            let model = Llama2 {
-                config,
-                layout,
-                storage,
-            };
-            // Validates the alignment once: every later access relies on it.
-            model.try_values()?;
-            Ok(model)
+            let copy = pool_topo::HugePageCopy::read_file(path)?;
+            Llama2::checked(Storage::HugePages(copy))
         }
         #[cfg(not(any(target_os = "linux", target_os = "android")))]
         {
-            let _ = residence;
             Llama2::from_bytes(&std::fs::read(path)?)
         }
+    }
+
+    /// Opens a checkpoint mapped shared and read-only
+    /// ([`Residence::Mapped`]): no copy, the page cache's pages read in
+    /// place, and the mapping can be placed on a NUMA node
+    /// ([`Llama2::mapped_file`]). Linux and Android; elsewhere it reads the
+    /// file into memory.
+    ///
+    /// # Safety
+    ///
+    /// The contract of [`pool_topo::MappedFile::from_file`]: nobody may
+    /// truncate or write the file while the model lives (a truncation
+    /// makes the next read die of `SIGBUS`).
+    pub unsafe fn open_mapped(path: impl AsRef<Path>) -> Result<Llama2, LoadError> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            // SAFETY: the caller's promise, passed on.
+            let file = unsafe { pool_topo::MappedFile::open(path)? };
+            Llama2::checked(Storage::Mapped(file))
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        {
+            Llama2::open(path)
+        }
+    }
+
+    /// Checks the bytes in `storage` and builds the model on them.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn checked(storage: Storage) -> Result<Llama2, LoadError> {
+        let bytes = match &storage {
+            Storage::Mapped(file) => file.as_bytes(),
+            Storage::HugePages(copy) => copy.as_bytes(),
+            Storage::Owned(_) => unreachable!("owned values are checked by from_bytes"),
+        };
+        let (config, layout) = Llama2::check(bytes)?;
+        if cfg!(target_endian = "big") {
+            return Err(LoadError::Unsupported(
+                "little-endian floats on a big-endian CPU",
+            ));
+        }
+        let model = Llama2 {
+            config,
+            layout,
+            storage,
+        };
+        // Validates the alignment once: every later access relies on it.
+        model.try_values()?;
+        Ok(model)
     }
 
     /// Where the weights are: `None` when copied by [`Llama2::from_bytes`]
