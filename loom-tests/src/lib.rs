@@ -14,13 +14,31 @@ pub fn model(f: impl Fn() + Sync + Send + 'static) {
     builder.check(f);
 }
 
-/// Like [`model`], with a small branch limit: for seeded bugs whose failure
-/// is a caller spinning for ever, which loom reports as too many branches.
-pub fn model_of_a_hang(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.max_branches = 10_000;
-    builder.check(f);
+/// Runs the ignored model `name` of the calling test binary in a child
+/// process and checks that loom reported a deadlock there. loom aborts the
+/// process after reporting one (destructors touch the torn-down model
+/// while unwinding), so a deadlocking model cannot run in the test's own
+/// process.
+pub fn assert_model_deadlocks(name: &str) {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .output()
+        .expect("run this test binary again");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "the seeded model {name} passed:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("deadlock; threads"),
+        "the seeded model {name} failed for another reason:\n{stderr}"
+    );
 }
 
 /// Two jobs on an adaptive pool whose one worker has no spinner slot (the
@@ -49,4 +67,25 @@ pub fn two_jobs_without_a_slot(bug: Option<pool_core::__loom::SeededBug>) {
         0,
         "the worker left the yielders' count"
     );
+}
+
+/// An unbind from another thread while a job's caller share unbinds the
+/// same pool (masks saved, nothing pinned): the inside one fails fast
+/// (`WouldBlock`), the outside one completes, whatever the interleaving.
+pub fn unbind_inside_and_outside(pool: &std::sync::Arc<pool_core::Pool>) {
+    pool.__save_masks();
+    let outside = {
+        let pool = pool.clone();
+        loom::thread::spawn(move || pool.__unbind_without_pinning())
+    };
+    pool.run(&|idx, n| {
+        if idx == n - 1 {
+            let inside = pool.__unbind_without_pinning();
+            assert!(
+                inside.is_ok() || inside.unwrap_err().kind() == std::io::ErrorKind::WouldBlock,
+                "an unbind inside a job fails fast or finds nothing to do"
+            );
+        }
+    });
+    outside.join().unwrap().unwrap();
 }

@@ -408,7 +408,7 @@ fn decode_gives_the_same_tokens_on_every_executor_and_reports_the_bound() {
     };
     let pooled = run("pool");
     assert_eq!(pooled["config"]["dim"], 288);
-    assert_eq!(pooled["mapped"], true);
+    assert_eq!(pooled["mapped"], false, "read into memory by default");
     assert_eq!(pooled["tokens"].as_array().unwrap().len(), 3);
     for field in [
         "tokens_per_s",
@@ -425,6 +425,9 @@ fn decode_gives_the_same_tokens_on_every_executor_and_reports_the_bound() {
     for executor in ["rayon", "serial"] {
         assert_eq!(run(executor)["tokens"], pooled["tokens"], "{executor}");
     }
+    let mapped = json(&["decode", model.path(), "--steps", "3", "--mmap", "--json"]);
+    assert_eq!(mapped["mapped"], true, "--mmap reads the file in place");
+    assert_eq!(mapped["tokens"], pooled["tokens"]);
     let tokenizer = TempFile::new("tok.bin");
     std::fs::write(&tokenizer.0, numbered_tokenizer(32000)).unwrap();
     let text = pool(&[

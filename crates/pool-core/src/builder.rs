@@ -38,6 +38,9 @@ pub struct PoolBuilder {
     stack_size: Option<usize>,
     contexts: Vec<process::Arc<dyn JobContext>>,
     priority: WorkerPriority,
+    /// Built by `global()`/`init_global`: its start hooks may not wait for
+    /// the global pool (`global.rs`).
+    for_global: bool,
     #[cfg(loom)]
     seeded_bug: Option<crate::seeded::SeededBug>,
 }
@@ -84,6 +87,7 @@ impl PoolBuilder {
             stack_size: None,
             contexts: Vec::new(),
             priority: WorkerPriority::platform_default(),
+            for_global: false,
             #[cfg(loom)]
             seeded_bug: None,
         }
@@ -207,6 +211,12 @@ impl PoolBuilder {
         self
     }
 
+    /// Marks this builder as the global pool's (`global.rs`).
+    pub(crate) fn for_global(mut self) -> Self {
+        self.for_global = true;
+        self
+    }
+
     /// Spawns the workers and returns once all of them are running (their
     /// kernel thread ids recorded, pins applied, start hooks returned).
     pub fn build(self) -> io::Result<Pool> {
@@ -256,19 +266,17 @@ impl PoolBuilder {
             let pin = self.worker_cpus.as_ref().map(|cpus| cpus[index]);
             let hook = self.on_start.clone();
             let priority = self.priority;
+            let for_global = self.for_global;
             let mut builder =
                 thread::Builder::new().name(format!("{}-{index}", self.thread_name_prefix));
             if let Some(bytes) = self.stack_size {
                 builder = builder.stack_size(bytes);
             }
             let spawned = builder.spawn(move || {
-                startup.register(
-                    index,
-                    pin,
-                    widen.as_ref().as_ref(),
-                    priority,
-                    hook.as_deref(),
-                );
+                let hook = hook
+                    .as_deref()
+                    .map(|hook| move || crate::global::run_start_hook(for_global, || hook(index)));
+                startup.register(index, pin, widen.as_ref().as_ref(), priority, hook);
                 drop(startup);
                 run_worker(shared, index);
             });
@@ -376,7 +384,7 @@ mod startup {
             pin: Option<usize>,
             widen: Option<&Vec<usize>>,
             priority: WorkerPriority,
-            hook: Option<&(dyn Fn(usize) + Send + Sync)>,
+            hook: Option<impl FnOnce()>,
         ) {
             if let Some(cpus) = widen {
                 // Not an error: the worker still runs, on fewer CPUs.
@@ -398,9 +406,17 @@ mod startup {
                 .err()
                 .map(|err| format!("worker {index}: {err}"));
             let hook_error = hook.and_then(|hook| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(index)))
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(hook))
                     .err()
-                    .map(|_| format!("worker {index}: the on_start hook panicked"))
+                    .map(|payload| {
+                        let message = payload
+                            .downcast_ref::<&str>()
+                            .map(|text| (*text).to_owned())
+                            .or_else(|| payload.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a non-text payload".to_owned());
+                        crate::dispatch::drop_payload(payload);
+                        format!("worker {index}: the on_start hook panicked: {message}")
+                    })
             });
             let mut record = lock(&self.record);
             record.tids.push((index, current_tid()));
@@ -472,10 +488,11 @@ mod startup {
             _pin: Option<usize>,
             _widen: Option<&Vec<usize>>,
             _priority: WorkerPriority,
-            hook: Option<&(dyn Fn(usize) + Send + Sync)>,
+            hook: Option<impl FnOnce()>,
         ) {
+            let _ = index;
             if let Some(hook) = hook {
-                hook(index);
+                hook();
             }
         }
 

@@ -3,13 +3,36 @@
 //! loom. Ticks convert to nanoseconds with a rate calibrated once per
 //! process, when the first pool is built.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::{Duration, Instant};
 
-/// The process's time anchor for the `Instant` fallback and calibration.
+use crate::fork_safe::OnceU64;
+
+/// The process's time anchor for the `Instant` fallback and calibration:
+/// set once, without a lock a fork could leave held (`fork_safe.rs`).
 fn anchor() -> Instant {
-    static ANCHOR: OnceLock<Instant> = OnceLock::new();
-    *ANCHOR.get_or_init(Instant::now)
+    static ANCHOR: AtomicPtr<Instant> = AtomicPtr::new(std::ptr::null_mut());
+    // Acquire: pairs with the Release compare-exchange that published it.
+    let mut current = ANCHOR.load(Ordering::Acquire);
+    if current.is_null() {
+        let mine = Box::into_raw(Box::new(Instant::now()));
+        current = match ANCHOR.compare_exchange(
+            std::ptr::null_mut(),
+            mine,
+            Ordering::Release,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => mine,
+            Err(first) => {
+                // SAFETY: `mine` came from `Box::into_raw` just above and
+                // was never published.
+                drop(unsafe { Box::from_raw(mine) });
+                first
+            }
+        };
+    }
+    // SAFETY: a published anchor is never freed or written again.
+    unsafe { *current }
 }
 
 /// A monotonic tick count.
@@ -37,8 +60,8 @@ pub(crate) fn ticks() -> u64 {
 /// Nanoseconds per tick, measured over 2 ms the first time it is asked
 /// (pool construction asks, so no dispatch pays for it).
 pub(crate) fn ns_per_tick() -> f64 {
-    static RATE: OnceLock<f64> = OnceLock::new();
-    *RATE.get_or_init(|| {
+    static RATE: OnceU64 = OnceU64::new();
+    RATE.get_or_init_f64(|| {
         if cfg!(not(all(target_arch = "x86_64", not(miri), not(loom)))) {
             return 1.0;
         }

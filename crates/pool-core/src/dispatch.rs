@@ -66,10 +66,11 @@ use crate::job::{Job, JobFn};
 use crate::load;
 use crate::policy::{linger_spins, ticks_per_spin, SpinPolicy, MIN_ADAPTIVE_SPIN};
 use crate::seeded::SeededBug;
+use crate::sleep::{self, Sleepers};
 use crate::spinners;
 use crate::stats::{self, CallerCounters, PoolStats, WorkerCounters};
 use crate::sync::process::TryLockError;
-use crate::sync::{fence, lock, process, spin_loop, thread, thread_local};
+use crate::sync::{fence, lock, process, spin_loop, thread, thread_local, SPIN_SCALE_SHIFT};
 use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, UnsafeCell};
 
 /// The caller waits this many spins before yielding when the pool is
@@ -102,6 +103,15 @@ static DISPATCHES: process::AtomicU64 = process::AtomicU64::new(0);
 /// ```
 pub fn dispatch_count() -> u64 {
     DISPATCHES.load(process::Ordering::Relaxed)
+}
+
+/// Whether a job's invitation may be shrunk by the adaptive policy.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Invitation {
+    /// Fitted to the CPUs other processes and callers leave free.
+    Fitted,
+    /// Every worker asked for, as a fixed budget would.
+    Exact,
 }
 
 /// How the caller's barrier wait went.
@@ -165,6 +175,9 @@ pub(crate) struct Shared {
     pub(crate) slots: Box<[WorkerSlot]>,
     /// Ticket holders that have not finished the current job.
     pub(crate) remaining: CachePadded<AtomicUsize>,
+    /// The caller when it sleeps at the join (`sleep.rs`); its count is
+    /// read by the last worker of every job.
+    pub(crate) join_sleepers: CachePadded<Sleepers>,
     /// Set by a worker whose share panicked, before its `remaining`
     /// decrement; lets the caller skip the `worker_panic` lock on the
     /// common path.
@@ -285,22 +298,52 @@ thread_local! {
 }
 
 /// Marks this thread as inside a job of `pool` for `f`'s duration,
-/// unmarking it even if `f` unwinds.
+/// unmarking it even if `f` unwinds. From a thread-local destructor that
+/// runs after the mark's own was destroyed, `f` runs unmarked (the job then
+/// runs inline anyway: `inside_pools` says so).
 #[inline]
 pub(crate) fn with_active_pool<R>(pool: usize, f: impl FnOnce() -> R) -> R {
     struct Restore(usize);
     impl Drop for Restore {
         fn drop(&mut self) {
             let depth = self.0;
-            ACTIVE_POOLS.with(|active| active.borrow_mut().truncate(depth));
+            let _ = ACTIVE_POOLS.try_with(|active| active.borrow_mut().truncate(depth));
         }
     }
-    let _restore = Restore(ACTIVE_POOLS.with(|active| {
-        let mut active = active.borrow_mut();
-        active.push(pool);
-        active.len() - 1
-    }));
+    let _restore = ACTIVE_POOLS
+        .try_with(|active| {
+            let mut active = active.borrow_mut();
+            active.push(pool);
+            active.len() - 1
+        })
+        .ok()
+        .map(Restore);
     f()
+}
+
+/// Whether this thread is inside a job of `pool`, and of any pool; `None`
+/// when the thread-local record is gone (a thread-local destructor running
+/// after it was destroyed).
+#[inline]
+fn inside_pools(pool: usize) -> Option<(bool, bool)> {
+    ACTIVE_POOLS
+        .try_with(|active| {
+            let active = active.borrow();
+            (active.contains(&pool), !active.is_empty())
+        })
+        .ok()
+}
+
+/// A caller that forked inside its share of a job is, in the child, a
+/// thread whose job's other participants do not exist: they will never
+/// finish their shares, and waiting would hang for ever.
+#[cold]
+fn forked_inside_a_job() -> ! {
+    panic!(
+        "pool-core: fork() was called inside a pool job: in the child, the pool's workers do \
+         not exist, so their shares of that job never run. Fork outside jobs (the child can use \
+         the pool then: its jobs run inline), or exec/_exit in the child at once."
+    )
 }
 
 /// Drops a panic payload whose own `Drop` may panic: that second panic is
@@ -335,6 +378,7 @@ impl Shared {
         let shared = Shared {
             slots,
             remaining: CachePadded::new(AtomicUsize::new(0)),
+            join_sleepers: CachePadded::new(Sleepers::new()),
             worker_panicked: CachePadded::new(AtomicBool::new(false)),
             epoch: CachePadded::new(AtomicUsize::new(0)),
             settings: CachePadded::new(Settings {
@@ -399,6 +443,18 @@ impl Shared {
     /// cycle: see "Nesting" in docs/design.md), or in a forked child (the
     /// workers do not exist there).
     pub(crate) fn run(&self, threads: &[Thread], invited: usize, f: &JobFn<'_>) {
+        self.run_with(threads, invited, f, Invitation::Fitted);
+    }
+
+    /// As [`Shared::run`] with every worker invited whatever the adaptive
+    /// policy would do: for jobs that must reach each worker thread (pin
+    /// it, restore its mask). Still inline when nested or in a forked
+    /// child, which such a job must check for (`n`).
+    pub(crate) fn run_on_every_worker(&self, threads: &[Thread], f: &JobFn<'_>) {
+        self.run_with(threads, self.slots.len(), f, Invitation::Exact);
+    }
+
+    fn run_with(&self, threads: &[Thread], invited: usize, f: &JobFn<'_>, invitation: Invitation) {
         // Other processes busy on this process's CPUs: invite only as many
         // workers as there are CPUs left for them (none: run inline). A
         // worker that must share its CPU with a busy process holds its
@@ -414,11 +470,15 @@ impl Shared {
         let id = self.id();
         // One look at this thread's pool stack: (in a job of this pool, in
         // a job of any pool).
-        let (inside_this, inside_any) = ACTIVE_POOLS.with(|active| {
-            let active = active.borrow();
-            (active.contains(&id), !active.is_empty())
-        });
-        let invited = if self.settings.linger_ns.load(process::Ordering::Relaxed) != 0 {
+        let Some((inside_this, inside_any)) = inside_pools(id) else {
+            // From a thread-local destructor after this thread's pool
+            // record was destroyed: nesting cannot be ruled out, so the
+            // job runs here, whole.
+            return f(0, 1);
+        };
+        let invited = if invitation == Invitation::Fitted
+            && self.settings.linger_ns.load(process::Ordering::Relaxed) != 0
+        {
             self.fit_to_free_cpus(invited, now, inside_any)
         } else {
             invited
@@ -676,7 +736,7 @@ impl Shared {
             OVERSUBSCRIBED_SPINS_BEFORE_YIELD
         } else {
             CALLER_SPINS_BEFORE_YIELD
-        };
+        } >> SPIN_SCALE_SHIFT;
         let mut spins: u32 = 0;
         let mut yields: u64 = 0;
         let mut long_since = None;
@@ -689,6 +749,17 @@ impl Shared {
                 spin_loop();
             } else {
                 yields += 1;
+                let since = long_since.unwrap_or(0);
+                if sleep::time_to_sleep(yields, since, self.ns_per_tick) {
+                    if fork::generation() != self.fork_generation {
+                        forked_inside_a_job();
+                    }
+                    // Long enough: sleep until the last worker's decrement
+                    // wakes us (sleep.rs).
+                    self.join_sleepers
+                        .sleep_until(|| self.remaining.load(Ordering::Acquire) == 0);
+                    break;
+                }
                 thread::yield_now();
             }
         }
@@ -697,6 +768,14 @@ impl Shared {
             yielded: yields > 0,
             long_since,
         }
+    }
+
+    /// Wakes the caller if it sleeps at the join; called by the worker
+    /// whose decrement took `remaining` to 0.
+    #[inline]
+    pub(crate) fn job_completed(&self) {
+        self.join_sleepers
+            .wake(self.has_bug(SeededBug::MissingSleepFence));
     }
 
     /// After a wait that had to yield: if an invited worker last noted

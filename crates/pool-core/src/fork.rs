@@ -28,8 +28,14 @@ pub(crate) fn generation() -> usize {
 pub(crate) fn register_handler() {
     #[cfg(all(unix, not(loom), not(miri)))]
     {
-        static REGISTERED: std::sync::Once = std::sync::Once::new();
-        REGISTERED.call_once(|| {
+        // An atomic, not a `Once`: a `Once` another thread is running when
+        // this process forks stays "running" in the child for ever.
+        static REGISTERED: crate::sync::process::AtomicBool =
+            crate::sync::process::AtomicBool::new(false);
+        if REGISTERED.load(Ordering::Relaxed) || REGISTERED.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        {
             extern "C" fn in_child() {
                 GENERATION.fetch_add(1, Ordering::Relaxed);
                 crate::spinners::reset_after_fork();
@@ -43,6 +49,6 @@ pub(crate) fn register_handler() {
                     "pool-core: pthread_atfork failed; a forked child must not use pools of its parent"
                 );
             }
-        });
+        }
     }
 }

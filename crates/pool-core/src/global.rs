@@ -9,16 +9,68 @@
 //! would. The global pool is never dropped. After `fork()` it stays correct:
 //! in the child it runs every job inline (`fork.rs`).
 
+use std::cell::Cell;
 use std::io;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::builder::PoolBuilder;
+use crate::fork_safe::ForkSafeMutex;
 use crate::pool::Pool;
-use crate::sync::process::{Mutex, OnceLock};
 
-static GLOBAL: OnceLock<Pool> = OnceLock::new();
+/// The pool, leaked once installed (never dropped). An atomic pointer, not
+/// a `OnceLock`: a fork while another thread installs must not leave the
+/// child a slot stuck "being initialised" (`fork_safe.rs`).
+static GLOBAL: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
 /// Serialises building: concurrent first calls build exactly one pool, and
 /// a builder that fails leaves the slot empty for a later call.
-static BUILDING: Mutex<()> = Mutex::new(());
+static BUILDING: ForkSafeMutex<()> = ForkSafeMutex::new((), || ());
+
+thread_local! {
+    /// Set while this thread runs an `on_start` hook of the global pool
+    /// being built: `global()` there would wait for the build that waits
+    /// for this very hook.
+    static IN_GLOBAL_START_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs a worker's `on_start` hook, marked as the global pool's if
+/// `for_global` (`builder.rs`).
+pub(crate) fn run_start_hook(for_global: bool, hook: impl FnOnce()) {
+    if !for_global {
+        return hook();
+    }
+    struct Unmark;
+    impl Drop for Unmark {
+        fn drop(&mut self) {
+            let _ = IN_GLOBAL_START_HOOK.try_with(|mark| mark.set(false));
+        }
+    }
+    let _ = IN_GLOBAL_START_HOOK.try_with(|mark| mark.set(true));
+    let _unmark = Unmark;
+    hook()
+}
+
+/// The installed pool, if any.
+#[inline]
+fn installed() -> Option<&'static Pool> {
+    // Acquire: pairs with the Release store in `install`.
+    let pool = GLOBAL.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer came from `Box::leak` in `install` and is
+    // never freed or replaced.
+    unsafe { pool.as_ref() }
+}
+
+/// Refuses, with a message, a call that would wait for itself: from an
+/// `on_start` hook of the global pool while it is being built.
+#[cold]
+fn refuse_inside_global_start_hook(what: &str) {
+    if IN_GLOBAL_START_HOOK.try_with(Cell::get).unwrap_or(false) {
+        panic!(
+            "pool_core::{what} called from an on_start hook of the global pool while that pool \
+             is being built: the build waits for the hook, so the hook cannot wait for the \
+             build. Do that work before init_global, or inside a job."
+        );
+    }
+}
 
 /// The process-wide pool, built on first use as `PoolBuilder::from_env()`
 /// would (width from `FERROX_CPU_THREADS`, `RAYON_NUM_THREADS` or the
@@ -37,19 +89,32 @@ static BUILDING: Mutex<()> = Mutex::new(());
 /// assert!(entries.into_inner() >= 1);
 /// # }
 /// ```
+///
+/// # Panics
+///
+/// Only when called from an `on_start` hook of the global pool while that
+/// pool is being built (it would wait for itself for ever): the panic says
+/// so, and `init_global` returns it as an error.
 pub fn global() -> &'static Pool {
-    if let Some(pool) = GLOBAL.get() {
+    if let Some(pool) = installed() {
         return pool;
     }
-    let _building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(pool) = GLOBAL.get() {
+    global_slow()
+}
+
+#[cold]
+fn global_slow() -> &'static Pool {
+    refuse_inside_global_start_hook("global()");
+    let _building = BUILDING.lock();
+    if let Some(pool) = installed() {
         return pool;
     }
     let pool = PoolBuilder::from_env()
+        .for_global()
         .build()
         .or_else(|err| {
             tracing::warn!(%err, "pool-core: global pool: pinning refused; building it unpinned");
-            PoolBuilder::from_env().unpinned().build()
+            PoolBuilder::from_env().unpinned().for_global().build()
         })
         .unwrap_or_else(|err| {
             tracing::error!(%err, "pool-core: global pool: no workers could start; running jobs on the caller");
@@ -75,21 +140,34 @@ pub fn global() -> &'static Pool {
 /// assert!(first.is_ok());
 /// # }
 /// ```
+///
+/// # Panics
+///
+/// When called from an `on_start` hook of the global pool while it is
+/// being built (as [`global`]).
+#[must_use = "the builder was not used if a global pool already existed (Ok(false))"]
 pub fn init_global(builder: PoolBuilder) -> io::Result<bool> {
-    let _building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
-    if GLOBAL.get().is_some() {
+    refuse_inside_global_start_hook("init_global()");
+    let _building = BUILDING.lock();
+    if let Some(existing) = installed() {
+        tracing::warn!(
+            existing = ?existing,
+            refused = ?builder,
+            "pool-core: init_global: a global pool already exists; this builder is not used"
+        );
         return Ok(false);
     }
-    install(builder.build()?);
+    install(builder.for_global().build()?);
     Ok(true)
 }
 
 /// Stores the pool; only under `BUILDING`, with the slot empty.
 fn install(pool: Pool) -> &'static Pool {
-    let mut pool = Some(pool);
-    let installed = GLOBAL.get_or_init(|| pool.take().expect("installed once"));
-    debug_assert!(pool.is_none(), "BUILDING guarantees one installer");
-    installed
+    let pool: &'static Pool = Box::leak(Box::new(pool));
+    debug_assert!(installed().is_none(), "BUILDING guarantees one installer");
+    // Release: pairs with the Acquire load in `installed`.
+    GLOBAL.store(pool as *const Pool as *mut Pool, Ordering::Release);
+    pool
 }
 
 /// Every live worker of every pool of this process, by kernel thread id
@@ -110,31 +188,28 @@ pub fn all_worker_tids() -> Vec<i32> {
 /// deadlocked concurrent constructors) and unregister when dropped.
 pub(crate) mod registry {
     use crate::fork;
-    use crate::sync::process::Mutex;
+    use crate::fork_safe::ForkSafeMutex;
 
-    /// (pool id, fork generation it was built in, worker tids).
-    static POOLS: Mutex<Vec<(usize, usize, Vec<i32>)>> = Mutex::new(Vec::new());
+    /// (pool id, fork generation it was built in, worker tids). A child
+    /// that finds it locked by a parent thread starts from an empty list:
+    /// none of the parent's workers exist there.
+    static POOLS: ForkSafeMutex<Vec<(usize, usize, Vec<i32>)>> =
+        ForkSafeMutex::new(Vec::new(), Vec::new);
 
     pub(crate) fn add(pool: usize, tids: &[i32]) {
         if tids.is_empty() || tids.contains(&-1) {
             return;
         }
-        let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
-        pools.push((pool, fork::generation(), tids.to_vec()));
+        POOLS.lock().push((pool, fork::generation(), tids.to_vec()));
     }
 
     pub(crate) fn remove(pool: usize) {
-        // `try_lock`: a pool dropped in a forked child whose parent held
-        // this lock at the fork must not block; its stale entry is then
-        // filtered out by generation below.
-        if let Ok(mut pools) = POOLS.try_lock() {
-            pools.retain(|(id, _, _)| *id != pool);
-        }
+        POOLS.lock().retain(|(id, _, _)| *id != pool);
     }
 
     pub(crate) fn all() -> Vec<i32> {
         let generation = fork::generation();
-        let pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+        let pools = POOLS.lock();
         pools
             .iter()
             .filter(|(_, built_in, _)| *built_in == generation)

@@ -150,12 +150,13 @@ pub(crate) fn busy_jiffies_of(stat: &str, cpus: &[usize]) -> Option<u64> {
 /// Busy jiffies of this process's CPUs.
 #[cfg(all(any(target_os = "linux", target_os = "android"), not(miri), not(loom)))]
 fn own_cpus_busy_jiffies() -> Option<u64> {
-    use crate::sync::process::Mutex;
+    use crate::fork_safe::ForkSafeMutex;
     /// The process's CPUs and when they were read (`clock::ticks`).
-    static CPUS: Mutex<(Vec<usize>, u64)> = Mutex::new((Vec::new(), 0));
+    static CPUS: ForkSafeMutex<(Vec<usize>, u64)> =
+        ForkSafeMutex::new((Vec::new(), 0), || (Vec::new(), 0));
     let now = crate::clock::ticks();
     let cpus = {
-        let mut cached = CPUS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cached = CPUS.lock();
         let age_ns = now.wrapping_sub(cached.1) as f64 * crate::clock::ns_per_tick();
         if cached.0.is_empty() || age_ns > 1e9 {
             *cached = (pool_topo::process_affinity_cpus(), now);

@@ -43,6 +43,9 @@
 //!   barrier that did complete is never taken for an abandoned one.
 //! - `broken`: set `Release` by whoever finds the barrier abandoned, loaded
 //!   `Acquire`; it only makes later waits unwind sooner.
+//! - **sleep**: a waiter that has waited [`sleep::SLEEP_AFTER`] parks; the
+//!   last arrival and every departure wake the sleepers after their RMW,
+//!   through `sleep.rs`'s fence pair, so a sleeper misses neither.
 //!
 //! The count would overflow after 2^64 arrivals, which no job lives to see.
 
@@ -51,10 +54,14 @@ use std::panic::{self, AssertUnwindSafe};
 
 use crossbeam_utils::CachePadded;
 
+use crate::clock;
 use crate::dispatch::{drop_payload, OVERSUBSCRIBED_SPINS_BEFORE_YIELD};
 use crate::pool::Pool;
 use crate::seeded::SeededBug;
-use crate::sync::{lock, spin_loop, thread, AtomicBool, AtomicUsize, Mutex, Ordering};
+use crate::sleep::{self, Sleepers};
+use crate::sync::{
+    lock, spin_loop, thread, AtomicBool, AtomicUsize, Mutex, Ordering, SPIN_SCALE_SHIFT,
+};
 
 /// Spins before a barrier waiter yields its CPU when every thread has one
 /// (as the caller's join wait: a participant it waits for may be queued on
@@ -79,8 +86,14 @@ struct PhaseState {
     caller_panic: Mutex<Option<Box<dyn Any + Send>>>,
     worker_panic: Mutex<Option<Box<dyn Any + Send>>>,
     yield_after: u32,
+    /// Participants that waited long enough to park (`sleep.rs`).
+    sleepers: Sleepers,
+    /// Converts `clock::ticks` to ns for the sleep check.
+    ns_per_tick: f64,
     /// The seeded bug `BarrierArrivalRelaxed`.
     arrive_relaxed: bool,
+    /// The seeded bug `MissingSleepFence`.
+    sleep_fence_dropped: bool,
 }
 
 /// The barrier a [`Pool::run_phased`] job's participants share. Every
@@ -118,7 +131,12 @@ impl JobBarrier<'_> {
 }
 
 impl PhaseState {
-    fn new(yield_after: u32, arrive_relaxed: bool) -> PhaseState {
+    fn new(
+        yield_after: u32,
+        ns_per_tick: f64,
+        arrive_relaxed: bool,
+        sleep_fence_dropped: bool,
+    ) -> PhaseState {
         PhaseState {
             arrivals: CachePadded::new(AtomicUsize::new(0)),
             left: AtomicUsize::new(0),
@@ -127,7 +145,10 @@ impl PhaseState {
             caller_panic: Mutex::new(None),
             worker_panic: Mutex::new(None),
             yield_after,
+            sleepers: Sleepers::new(),
+            ns_per_tick,
             arrive_relaxed,
+            sleep_fence_dropped,
         }
     }
 
@@ -144,10 +165,14 @@ impl PhaseState {
         // This barrier completes at the next multiple of `n` (module docs).
         let target = (ticket / n + 1) * n;
         if ticket + 1 == target {
-            // The last arrival: our RMW read every earlier one.
+            // The last arrival: our RMW read every earlier one. Wake the
+            // waiters that went to sleep.
+            self.sleepers.wake(self.sleep_fence_dropped);
             return;
         }
         let mut spins: u32 = 0;
+        let mut yields: u64 = 0;
+        let mut since = 0;
         while self.arrivals.load(Ordering::Acquire) < target {
             if self.left.load(Ordering::Acquire) > 0
                 && self.arrivals.load(Ordering::Acquire) < target
@@ -162,8 +187,22 @@ impl PhaseState {
             if spins < self.yield_after {
                 spins += 1;
                 spin_loop();
+                if spins == self.yield_after {
+                    since = clock::ticks();
+                }
             } else {
-                thread::yield_now();
+                yields += 1;
+                if sleep::time_to_sleep(yields, since, self.ns_per_tick) {
+                    // Woken by the last arrival or by a departure; the
+                    // loop above re-checks which.
+                    self.sleepers.sleep_until(|| {
+                        self.arrivals.load(Ordering::Acquire) >= target
+                            || self.left.load(Ordering::Acquire) > 0
+                            || self.broken.load(Ordering::Acquire)
+                    });
+                } else {
+                    thread::yield_now();
+                }
             }
         }
     }
@@ -196,6 +235,9 @@ impl PhaseState {
         }
         // Release: pairs with the Acquire load in `wait` (module docs).
         self.left.fetch_add(1, Ordering::Release);
+        // A sleeping waiter must see the departure: if the barrier it waits
+        // at can no longer complete, it has to unwind.
+        self.sleepers.wake(self.sleep_fence_dropped);
     }
 
     /// After the job: re-raises the first real panic, the caller's first;
@@ -263,8 +305,10 @@ impl Pool {
             SPINS_BEFORE_YIELD
         };
         let state = PhaseState::new(
-            yield_after,
+            yield_after >> SPIN_SCALE_SHIFT,
+            shared.ns_per_tick,
             shared.has_bug(SeededBug::BarrierArrivalRelaxed),
+            shared.has_bug(SeededBug::MissingSleepFence),
         );
         self.run(&|idx, n| {
             let mut barrier = JobBarrier {

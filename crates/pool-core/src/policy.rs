@@ -74,8 +74,8 @@ impl Default for SpinPolicy {
 pub fn spin_iteration_ns() -> f64 {
     #[cfg(not(loom))]
     {
-        static NS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-        *NS.get_or_init(|| {
+        static NS: crate::fork_safe::OnceU64 = crate::fork_safe::OnceU64::new();
+        NS.get_or_init_f64(|| {
             let probe = std::sync::atomic::AtomicUsize::new(0);
             let iterations = 20_000;
             let start = std::time::Instant::now();
@@ -97,8 +97,8 @@ pub fn spin_iteration_ns() -> f64 {
 pub(crate) fn ticks_per_spin() -> f64 {
     #[cfg(not(loom))]
     {
-        static RATE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-        *RATE.get_or_init(|| spin_iteration_ns() / crate::clock::ns_per_tick())
+        static RATE: crate::fork_safe::OnceU64 = crate::fork_safe::OnceU64::new();
+        RATE.get_or_init_f64(|| spin_iteration_ns() / crate::clock::ns_per_tick())
     }
     #[cfg(loom)]
     {

@@ -37,4 +37,13 @@ pub enum SeededBug {
     /// the count reach 0 without the worker's writes, and
     /// `Pool::reduce` reads a slot the worker may still be writing.
     CompletionRelaxed,
+    /// The completer's SeqCst fence between the write that ends a wait
+    /// (the last `remaining` decrement, a barrier arrival) and its load of
+    /// the sleeper count is gone: a waiter that parks after a long wait
+    /// can sleep for ever (`sleep.rs`).
+    MissingSleepFence,
+    /// `unbind_two_nodes` holds the saved-masks lock across the job that
+    /// restores the masks: a second unbind from inside another caller's
+    /// job waits for the lock while the first waits for that job's turn.
+    LockHeldAcrossJob,
 }

@@ -41,6 +41,7 @@ pub enum Side {
 const GRAINS_PER_THREAD: usize = 8;
 
 /// The affinity masks from before the first bind.
+#[derive(Clone)]
 pub(crate) struct SavedMasks {
     /// Worker `i`'s own mask.
     workers: Vec<Vec<usize>>,
@@ -91,18 +92,52 @@ impl Pool {
     /// changing nothing, when called from inside a job of this pool; when a
     /// pin is refused, fails with the OS errors and may be called again.
     pub fn unbind_two_nodes(&self) -> io::Result<()> {
+        self.restore_saved_masks("unbind_two_nodes", pin_current_thread)
+    }
+
+    /// Gives every thread its saved mask back through `apply`, then
+    /// forgets the masks. The saved-masks lock is never held across the
+    /// job: a second unbind from inside another caller's job would wait
+    /// for it while this one waits for that job's turn (docs/design.md,
+    /// "No lock across a job"; the loom model `unbind_inside_a_job_*`).
+    fn restore_saved_masks(
+        &self,
+        what: &str,
+        apply: impl Fn(&[usize]) -> io::Result<()> + Sync,
+    ) -> io::Result<()> {
+        if self.shared.has_bug(SeededBug::LockHeldAcrossJob) {
+            return self.restore_saved_masks_holding_the_lock(what, apply);
+        }
+        let Some(masks) = lock(&self.shared.saved_masks).clone() else {
+            return Ok(());
+        };
+        let (workers, caller) = self.on_every_thread(what, |worker| match worker {
+            Some(worker) => apply(&masks.workers[worker]),
+            None => {
+                self.set_far(|_| false, 0);
+                apply(&masks.caller)
+            }
+        })?;
+        joined_errors(workers.iter(), &caller)?;
+        *lock(&self.shared.saved_masks) = None;
+        Ok(())
+    }
+
+    /// The seeded bug `LockHeldAcrossJob`: the lock held across the job.
+    #[cold]
+    fn restore_saved_masks_holding_the_lock(
+        &self,
+        what: &str,
+        apply: impl Fn(&[usize]) -> io::Result<()> + Sync,
+    ) -> io::Result<()> {
         let mut saved = lock(&self.shared.saved_masks);
         let Some(masks) = saved.as_ref() else {
             return Ok(());
         };
-        let (workers, caller) =
-            self.on_every_thread("unbind_two_nodes", |worker| match worker {
-                Some(worker) => pin_current_thread(&masks.workers[worker]),
-                None => {
-                    self.set_far(|_| false, 0);
-                    pin_current_thread(&masks.caller)
-                }
-            })?;
+        let (workers, caller) = self.on_every_thread(what, |worker| match worker {
+            Some(worker) => apply(&masks.workers[worker]),
+            None => apply(&masks.caller),
+        })?;
         joined_errors(workers.iter(), &caller)?;
         *saved = None;
         Ok(())
@@ -235,6 +270,24 @@ impl Pool {
         });
     }
 
+    /// Saves empty masks as `bind_two_nodes` would, without pinning: for
+    /// loom models, which cannot pin.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn __save_masks(&self) {
+        *lock(&self.shared.saved_masks) = Some(SavedMasks {
+            workers: vec![Vec::new(); self.n_workers()],
+            caller: Vec::new(),
+        });
+    }
+
+    /// `unbind_two_nodes` without pinning: for loom models.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn __unbind_without_pinning(&self) -> io::Result<()> {
+        self.restore_saved_masks("__unbind_without_pinning", |_| Ok(()))
+    }
+
     /// Marks the workers for which `far` holds as far, without pinning, the
     /// way `bind_two_nodes` does (inside a job): for loom models, which
     /// cannot pin.
@@ -292,10 +345,23 @@ impl Pool {
         action: impl Fn(Option<usize>) -> T + Sync,
     ) -> io::Result<(Vec<T>, T)> {
         let workers = self.n_workers();
+        if crate::fork::generation() != self.shared.fork_generation {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{what}: this is a forked child, where the pool's workers do not exist; \
+                     build a new pool here"
+                ),
+            ));
+        }
         let results: Vec<crate::sync::Mutex<Option<T>>> = (0..=workers)
             .map(|_| crate::sync::Mutex::new(None))
             .collect();
-        self.run(&|idx, n| {
+        // Every worker, whatever the adaptive policy would invite: under
+        // it, a job fitted to the CPUs other processes leave free reached
+        // too few workers, and the bind failed with a false "from inside a
+        // job" (every time with workers equal to CPUs).
+        self.shared.run_on_every_worker(&self.threads, &|idx, n| {
             if n == workers + 1 {
                 *lock(&results[idx]) = Some(action((idx < n - 1).then_some(idx)));
             }

@@ -48,8 +48,8 @@ static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
 pub fn spinner_limit() -> usize {
     #[cfg(not(loom))]
     {
-        static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        *LIMIT.get_or_init(pool_topo::usable_cpus)
+        static LIMIT: crate::fork_safe::OnceU64 = crate::fork_safe::OnceU64::new();
+        LIMIT.get_or_init(|| pool_topo::usable_cpus().max(1) as u64) as usize
     }
     #[cfg(loom)]
     {
@@ -118,14 +118,30 @@ pub(crate) fn overdrawn() -> bool {
 }
 
 /// In a forked child: the parent's spinners and callers do not exist there
-/// (the thread that forked re-registers at its next dispatch).
+/// (the thread that forked re-registers at its next dispatch). Their
+/// recent-caller stamps go too: a stamp of a parent thread that was inside
+/// an inline job would otherwise count as a busy caller for ever, and the
+/// child's adaptive pools would run every job inline. The forking thread
+/// keeps its own slot (it still exists, and may be inside a job now).
 #[cfg_attr(any(loom, miri, not(unix)), allow(dead_code))]
 pub(crate) fn reset_after_fork() {
     WORKERS.store(0, Ordering::Relaxed);
     CALLERS.store(0, Ordering::Relaxed);
     YIELDERS.store(0, Ordering::Relaxed);
     #[cfg(not(loom))]
-    CALLER.with(|caller| caller.active.set(false));
+    {
+        let mine = CALLER
+            .try_with(|caller| {
+                caller.active.set(false);
+                caller.recent_slot.get()
+            })
+            .unwrap_or(NO_SLOT);
+        for (index, slot) in RECENT.iter().enumerate() {
+            if index != mine {
+                slot.store(0, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// Caller threads whose last dispatch time is kept (the first 16 to

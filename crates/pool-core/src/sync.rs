@@ -66,7 +66,7 @@ pub(crate) use imp::*;
 /// decide how long to spin, or hold a pool, never whether a job is seen.
 pub(crate) mod process {
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-    pub(crate) use std::sync::{Arc, Mutex, OnceLock, TryLockError};
+    pub(crate) use std::sync::{Arc, TryLockError};
     #[cfg_attr(loom, allow(unused_imports))]
     pub(crate) use std::thread_local;
 }

@@ -22,6 +22,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
         0usize
     };
     let mut state = WaitState::new();
+    let generation = crate::fork::generation();
     loop {
         match wait_for_ticket(&shared, index, seen, &mut state) {
             Wake::Shutdown => {
@@ -74,8 +75,28 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
                 } else {
                     Ordering::Release
                 };
-                shared.remaining.fetch_sub(1, order);
+                if shared.remaining.fetch_sub(1, order) == 1 {
+                    // The job's last decrement: the caller may sleep at
+                    // the join (sleep.rs). Only `Shared` is touched.
+                    shared.job_completed();
+                }
+                if crate::fork::generation() != generation {
+                    forked_inside_a_share();
+                }
             }
         }
     }
+}
+
+/// A worker that forked inside its share is, in the child, the only
+/// thread: the pool it serves and the caller waiting for it are gone, and
+/// there is no code to return to. It says so and ends the child.
+#[cold]
+fn forked_inside_a_share() -> ! {
+    eprintln!(
+        "pool-core: fork() was called inside a worker's share of a pool job; in the child that \
+         worker is the only thread and has nothing to return to. Call exec or _exit in the \
+         child at once, or fork outside jobs. Aborting the child."
+    );
+    std::process::abort()
 }

@@ -100,3 +100,192 @@ fn a_forked_child_runs_jobs_on_the_calling_thread_and_drops_the_pool_cleanly() {
         assert_eq!(entries.load(Ordering::Relaxed), 3);
     });
 }
+
+/// How a forked child ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    Exited(i32),
+    Signalled(i32),
+}
+
+/// Waits for `pid` up to `limit`; kills it and panics if it hangs.
+fn wait_for(pid: libc::pid_t, limit: Duration, what: &str) -> Ended {
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: `pid` is our child; `status` is a valid out-pointer.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if rc == pid {
+            return if libc::WIFEXITED(status) {
+                Ended::Exited(libc::WEXITSTATUS(status))
+            } else {
+                Ended::Signalled(libc::WTERMSIG(status))
+            };
+        }
+        if Instant::now() > deadline {
+            // SAFETY: killing our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("{what}: the forked child hung for {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn children_forked_while_other_threads_build_and_drop_pools_never_hang() {
+    watched("fork_beside_builders", |stage| {
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            // Threads that keep taking the process-wide locks: the tid
+            // registry (build, drop, list), the global pool's build lock,
+            // the foreign-load sampler.
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        let pool = Pool::new(1);
+                        pool.run(&|_, _| {});
+                        let _ = pool_core::all_worker_tids();
+                        let _ = pool_core::init_global(Pool::builder().workers(0));
+                        drop(pool);
+                    }
+                });
+            }
+            for round in 0..40 {
+                stage.set(format!("fork {round}"));
+                let code = in_forked_child(Duration::from_secs(20), || {
+                    let pool = Pool::new(1);
+                    let entries = AtomicUsize::new(0);
+                    pool.run(&|_, n| {
+                        entries.fetch_add(n, Ordering::Relaxed);
+                    });
+                    let listed = pool_core::all_worker_tids();
+                    drop(pool);
+                    let _ = pool_core::init_global(Pool::builder().workers(0));
+                    pool_core::global().run(&|_, _| {});
+                    i32::from(entries.load(Ordering::Relaxed) == 0 || listed.len() > 1)
+                });
+                assert_eq!(code, 0, "round {round}: the child's pools misbehaved");
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    });
+}
+
+#[test]
+fn fork_inside_the_callers_share_panics_in_the_child_instead_of_hanging() {
+    watched("fork_in_caller_share", |_| {
+        // A fixed budget: the worker is invited whatever the load.
+        let pool = Pool::with_spin(1, 1000);
+        let child = AtomicUsize::new(0);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.run(&|idx, n| {
+                if idx < n - 1 {
+                    // Still running when the caller forks: in the child it
+                    // never finishes.
+                    std::thread::sleep(Duration::from_millis(200));
+                } else {
+                    // SAFETY: the child only returns from this closure and
+                    // then `_exit`s below.
+                    let pid = unsafe { libc::fork() };
+                    assert!(pid >= 0);
+                    child.store(
+                        if pid == 0 { usize::MAX } else { pid as usize },
+                        Ordering::Relaxed,
+                    );
+                }
+            });
+        }));
+        if child.load(Ordering::Relaxed) == usize::MAX {
+            // The child: `run` must have panicked, saying why.
+            let code = match outcome.map_err(testkit::panic_message) {
+                Err(message) if message.contains("fork()") => 0,
+                Err(_) => 2,
+                Ok(()) => 1,
+            };
+            // SAFETY: ends the child without unwinding into the harness.
+            unsafe { libc::_exit(code) };
+        }
+        assert!(outcome.is_ok(), "the parent's job is unaffected");
+        let pid = child.load(Ordering::Relaxed) as libc::pid_t;
+        let ended = wait_for(pid, Duration::from_secs(20), "fork in the caller's share");
+        assert_eq!(
+            ended,
+            Ended::Exited(0),
+            "0: panicked with the message; 1: returned; 2: another panic"
+        );
+    });
+}
+
+#[test]
+fn fork_inside_a_workers_share_ends_the_child_instead_of_leaving_it_waiting() {
+    watched("fork_in_worker_share", |_| {
+        let pool = Pool::with_spin(1, 1000);
+        let child = std::sync::atomic::AtomicI32::new(0);
+        pool.run(&|idx, n| {
+            if idx < n - 1 {
+                // SAFETY: in the child this thread returns from the closure
+                // to the worker loop, which must end the child.
+                let pid = unsafe { libc::fork() };
+                if pid != 0 {
+                    child.store(pid, Ordering::Relaxed);
+                }
+            }
+        });
+        let pid = child.load(Ordering::Relaxed);
+        assert!(pid > 0, "fork failed");
+        let ended = wait_for(pid, Duration::from_secs(20), "fork in a worker's share");
+        assert_eq!(
+            ended,
+            Ended::Signalled(libc::SIGABRT),
+            "the child aborts, saying why"
+        );
+        // The parent's pool goes on.
+        pool.run(&|_, _| {});
+    });
+}
+
+#[test]
+fn a_child_forked_during_another_threads_inline_job_uses_its_own_pools_workers() {
+    watched("fork_during_inline_job", |_| {
+        // As many callers inside long inline jobs as the process has CPUs:
+        // with their busy stamps left in the child, the child's adaptive
+        // pools would count them as callers filling the CPUs and run every
+        // job inline.
+        let callers = pool_core::spinner_limit().min(8);
+        let inside = std::sync::Barrier::new(callers + 1);
+        let release = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for _ in 0..callers {
+                scope.spawn(|| {
+                    // A CPU count no foreign load shrinks to zero, so this
+                    // dispatch claims the thread's recent-caller slot.
+                    let pool = Pool::builder().workers(1).assume_cpus(64).build().unwrap();
+                    pool.run(&|_, _| {});
+                    pool.run_limited(0, &|_, _| {
+                        inside.wait();
+                        while !release.load(Ordering::Relaxed) {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    });
+                });
+            }
+            inside.wait();
+            let code = in_forked_child(Duration::from_secs(20), || {
+                let pool = Pool::builder().workers(1).assume_cpus(64).build().unwrap();
+                let widths = std::sync::Mutex::new(Vec::new());
+                for _ in 0..50 {
+                    pool.run(&|idx, n| {
+                        if idx == n - 1 {
+                            widths.lock().unwrap().push(n);
+                        }
+                    });
+                }
+                let widths = widths.into_inner().unwrap();
+                i32::from(widths.iter().any(|&n| n != 2))
+            });
+            release.store(true, Ordering::Relaxed);
+            assert_eq!(code, 0, "the child's fresh pool ran jobs inline");
+        });
+    });
+}

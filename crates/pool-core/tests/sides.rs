@@ -283,3 +283,72 @@ fn a_live_pool_binds_to_a_node_and_unbinds_back_to_each_threads_mask() {
         assert!(!split.two_nodes());
     });
 }
+
+/// A two-node plan over this host's CPUs for `workers` workers: even
+/// workers home, odd ones "far".
+fn fake_plan_for(workers: usize) -> TwoNodePlan {
+    let mut plan = fake_plan();
+    plan.worker_cpus = (0..workers)
+        .map(|w| {
+            if TwoNodePlan::is_far(w) {
+                plan.far.cpus.clone()
+            } else {
+                plan.home.cpus.clone()
+            }
+        })
+        .collect();
+    plan
+}
+
+#[test]
+fn binding_an_adaptive_pool_from_outside_any_job_reaches_every_worker() {
+    watched("bind_adaptive", |stage| {
+        // Under the adaptive policy a job invites at most one worker per
+        // CPU besides the caller's, and fewer under foreign load: with as
+        // many workers as CPUs the bind's job used to reach too few
+        // workers and fail with a false "called from inside a job".
+        let workers = pool_topo::usable_cpus().max(2);
+        let pool = Pool::new(workers);
+        for round in 0..10 {
+            stage.set(format!("round {round}"));
+            pool.bind_two_nodes(&fake_plan_for(workers))
+                .unwrap_or_else(|err| panic!("bind, round {round}: {err}"));
+            pool.unbind_two_nodes()
+                .unwrap_or_else(|err| panic!("unbind, round {round}: {err}"));
+        }
+    });
+}
+
+#[test]
+fn an_unbind_inside_a_job_beside_one_from_outside_never_hangs() {
+    watched("unbind_inside_and_outside", |stage| {
+        let pool = Pool::with_spin(1, 1000);
+        for round in 0..5 {
+            stage.set(format!("round {round}"));
+            pool.bind_two_nodes(&fake_plan_for(1)).unwrap();
+            let inside = std::sync::Barrier::new(2);
+            let (from_outside, from_inside) = std::thread::scope(|scope| {
+                let outside = scope.spawn(|| {
+                    inside.wait();
+                    // Arrives while the job below runs: waits for its turn.
+                    pool.unbind_two_nodes()
+                });
+                let from_inside = Mutex::new(None);
+                pool.run(&|idx, n| {
+                    if idx == n - 1 {
+                        inside.wait();
+                        // Long enough for the other thread to be waiting.
+                        std::thread::sleep(std::time::Duration::from_millis(30));
+                        *from_inside.lock().unwrap() = Some(pool.unbind_two_nodes());
+                    }
+                });
+                let from_inside = from_inside.into_inner().unwrap().unwrap();
+                (outside.join().unwrap(), from_inside)
+            });
+            let err = from_inside.expect_err("inside a job of this pool, unbind fails fast");
+            assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "{err}");
+            from_outside.unwrap_or_else(|err| panic!("from outside: {err}"));
+            assert!(!pool.two_nodes(), "unbound by the outside call");
+        }
+    });
+}

@@ -243,13 +243,15 @@ fn with_shared_context(ctx: *mut c_void, job: impl FnOnce(&Context)) -> i32 {
 
 /// Whether `pool` is the process-wide pool's handle (never freed).
 fn is_global(pool: *const PoolHandle) -> bool {
-    GLOBAL_HANDLE
-        .get()
-        .is_some_and(|&global| global == pool as usize)
+    let global = GLOBAL_HANDLE.load(std::sync::atomic::Ordering::Acquire);
+    !global.is_null() && std::ptr::eq(global, pool)
 }
 
-/// The address of the global pool's handle, leaked once when first asked.
-static GLOBAL_HANDLE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+/// The global pool's handle, leaked once when first asked. An atomic
+/// pointer, not a `OnceLock`: a fork while another thread initialises a
+/// `OnceLock` leaves it "running" in the child for ever.
+static GLOBAL_HANDLE: std::sync::atomic::AtomicPtr<PoolHandle> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
 /// The process-wide pool (`pool_core::global`: built on first use from the
 /// environment, or by an earlier `pool_core::init_global` in Rust). Never
@@ -257,12 +259,30 @@ static GLOBAL_HANDLE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 /// thread.
 #[no_mangle]
 pub extern "C" fn pool_global() -> *mut PoolHandle {
+    use std::sync::atomic::Ordering;
     catch_unwind(|| {
-        *GLOBAL_HANDLE.get_or_init(|| {
-            Box::into_raw(Box::new(PoolHandle {
-                inner: Inner::Global(pool_core::global()),
-            })) as usize
-        }) as *mut PoolHandle
+        // Acquire: pairs with the Release compare-exchange below.
+        let existing = GLOBAL_HANDLE.load(Ordering::Acquire);
+        if !existing.is_null() {
+            return existing;
+        }
+        let mine = Box::into_raw(Box::new(PoolHandle {
+            inner: Inner::Global(pool_core::global()),
+        }));
+        match GLOBAL_HANDLE.compare_exchange(
+            std::ptr::null_mut(),
+            mine,
+            Ordering::Release,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => mine,
+            Err(first) => {
+                // SAFETY: `mine` came from `Box::into_raw` above and was
+                // never published.
+                drop(unsafe { Box::from_raw(mine) });
+                first
+            }
+        }
     })
     .unwrap_or(std::ptr::null_mut())
 }

@@ -7,7 +7,7 @@
 //! names a tier this CPU lacks, is logged and ignored.
 
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The environment variable that lowers the tier.
 pub const SIMD_TIER_ENV: &str = "POOL_SIMD_TIER";
@@ -168,13 +168,28 @@ pub fn quantized_kernel_name(tier: SimdTier) -> &'static str {
 /// The tier the kernels use: [`SimdTier::detected`], or the lower one
 /// `POOL_SIMD_TIER` names. Decided once per process.
 pub fn simd_tier() -> SimdTier {
-    static TIER: OnceLock<SimdTier> = OnceLock::new();
-    *TIER.get_or_init(|| {
-        tier_from(
-            std::env::var(SIMD_TIER_ENV).ok().as_deref(),
-            SimdTier::detected(),
-        )
-    })
+    // An atomic, not a `OnceLock`: a fork while another thread initialises
+    // a `OnceLock` leaves it "running" in the child for ever. Racing first
+    // calls compute the same tier. 0: not decided yet.
+    static TIER: AtomicU8 = AtomicU8::new(0);
+    const TIERS: [SimdTier; 4] = [
+        SimdTier::Portable,
+        SimdTier::Neon,
+        SimdTier::Avx2,
+        SimdTier::Avx512,
+    ];
+    match TIER.load(Ordering::Relaxed) {
+        0 => {
+            let tier = tier_from(
+                std::env::var(SIMD_TIER_ENV).ok().as_deref(),
+                SimdTier::detected(),
+            );
+            let code = TIERS.iter().position(|&t| t == tier).expect("listed") as u8 + 1;
+            TIER.store(code, Ordering::Relaxed);
+            tier
+        }
+        code => TIERS[usize::from(code - 1)],
+    }
 }
 
 /// The tier for a `POOL_SIMD_TIER` value (`None`: unset) on a CPU whose

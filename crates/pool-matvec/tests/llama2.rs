@@ -347,6 +347,15 @@ fn bad_checkpoints_are_clear_errors() {
 }
 
 #[test]
+fn a_leading_nan_never_wins_the_argmax() {
+    use pool_matvec::llama2::argmax;
+    assert_eq!(argmax(&[f32::NAN, -5.0, -2.0]), 2);
+    assert_eq!(argmax(&[f32::NAN, 4.0, f32::NAN, 4.0]), 1);
+    assert_eq!(argmax(&[f32::NAN; 4]), 0);
+    assert_eq!(argmax(&[]), 0);
+}
+
+#[test]
 fn the_parallel_argmax_is_the_serial_one() {
     watched("argmax", |_| {
         use pool_matvec::llama2::{argmax, argmax_on};
@@ -364,6 +373,14 @@ fn the_parallel_argmax_is_the_serial_one() {
         ties[n / 3] = 7.0;
         ties[2 * n / 3] = 7.0;
         cases.push(ties);
+        // A NaN in front of every range (and at the very start).
+        let mut nans = vec![1.0f32; n];
+        for i in (0..n).step_by(7) {
+            nans[i] = f32::NAN;
+        }
+        nans[n / 2] = 9.0;
+        cases.push(nans);
+        cases.push(vec![f32::NAN, -5.0, -2.0]);
         cases.push((0..n).map(|_| rng.uniform()).collect());
         for logits in &cases {
             let serial = argmax(logits);

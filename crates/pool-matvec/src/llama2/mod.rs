@@ -375,15 +375,23 @@ pub struct State {
     rope: Vec<(f32, f32)>,
 }
 
-/// The first index of the largest logit (NaN never wins).
+/// The first index of the largest logit. NaN never wins, wherever it
+/// stands; with no number at all (empty, or every logit NaN) the answer
+/// is 0.
+///
+/// ```
+/// use pool_matvec::llama2::argmax;
+/// assert_eq!(argmax(&[f32::NAN, 1.0, 3.0, 3.0]), 2);
+/// assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
+/// ```
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, v) in logits.iter().enumerate() {
-        if *v > logits[best] {
-            best = i;
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in logits.iter().enumerate() {
+        if !v.is_nan() && best.is_none_or(|(_, top)| v > top) {
+            best = Some((i, v));
         }
     }
-    best as u32
+    best.map_or(0, |(i, _)| i as u32)
 }
 
 /// [`argmax`] as a row job: each range's best folded into one atomic key
