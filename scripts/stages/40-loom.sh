@@ -5,7 +5,7 @@
 # no_spinner_slot.rs, phased.rs) and the seeded bugs (seeded_bugs.rs,
 # phased.rs, yielder_leak.rs: each model runs
 # a pool with one known bug reinstated and must fail with its expected
-# message). Cost: ~1 min to build, ~6 min on 2 cores (the two-worker
+# message). Cost: ~1 min to build, ~2 min on 2 cores (the two-worker
 # limited-job model is nearly all of it; every other model takes < 1 s).
 set -euo pipefail
 export LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2}
