@@ -2,7 +2,7 @@
 //! by `build.rs` with `-Ofast -march=native -fopenmp`), decoding the same
 //! weights the pool's decoder reads.
 
-use pool_matvec::llama2::Llama2;
+use pool_llama::Model as Llama2;
 
 /// `Ok` when the C peer was built; else why not (no compiler, no libgomp,
 /// a cross build).
@@ -48,10 +48,13 @@ impl<'a> OpenMpLlama2<'a> {
                 .config()
                 .header()
                 .ok_or("a size does not fit the C peer's int")?;
+            let values = model
+                .llama2c_values()
+                .ok_or("the C peer reads llama2.c checkpoints only")?;
             // SAFETY: `header` is 7 ints; the weights are the checkpoint's
             // values after the header, in the layout llama2.c reads, and
             // outlive the returned value (it borrows `model`).
-            let state = unsafe { ffi::omp_llama2_new(header.as_ptr(), model.weights().as_ptr()) };
+            let state = unsafe { ffi::omp_llama2_new(header.as_ptr(), values.as_ptr()) };
             let state = std::ptr::NonNull::new(state).ok_or("the C peer refused the model")?;
             Ok(OpenMpLlama2 { state, model })
         }

@@ -6,9 +6,12 @@
 //! - [`capture_warnings`]: collects `tracing` output of a closure, for tests
 //!   that pin down what is logged;
 //! - [`CpuQuotaGroup`]: a temporary cgroup with a CPU quota, to put the pool
-//!   in a container's setting.
+//!   in a container's setting;
+//! - [`gguf`]: a GGUF writer, for model files of any type and shape
+//!   (broken ones included).
 
 mod cgroup;
+pub mod gguf;
 
 pub use cgroup::CpuQuotaGroup;
 

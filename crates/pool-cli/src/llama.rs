@@ -1,16 +1,17 @@
-//! `pool decode`: greedy decoding of a llama2.c checkpoint on the pool,
-//! and the real-model section of `pool bench`.
+//! `pool decode`: greedy decoding of a GGUF model or a llama2.c checkpoint
+//! on the pool, and the real-model section of `pool bench`.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use pool_benches::openmp::OpenMpLlama2;
-use pool_benches::{read_ceiling, RayonExecutor, Stats};
+use pool_benches::{read_ceiling_bytes, read_ceiling_bytes_len, RayonExecutor, Stats};
 use pool_core::Pool;
-use pool_matvec::decode::Serial;
-use pool_matvec::llama2::{write_random_checkpoint, Config, Llama2, Residence, Tokenizer};
-use pool_matvec::RowParallel;
+use pool_llama::{
+    write_random_checkpoint, write_random_tokenizer, Config, Model as Llama2, Residence, Tokenizer,
+};
+use pool_matvec::{RowParallel, Serial};
 use serde::Serialize;
 
 use crate::bench::Summary;
@@ -43,17 +44,51 @@ pub(crate) enum Shape {
     Stories110M,
 }
 
-pub(crate) fn write_random(shape: Shape, out: &std::path::Path, seed: u64) -> Result<(), String> {
+/// `pool random-checkpoint`: the checkpoint, and optionally a tokenizer
+/// of the same vocabulary.
+pub(crate) fn write_random(
+    shape: Shape,
+    out: &std::path::Path,
+    seed: u64,
+    tokenizer: Option<&std::path::Path>,
+    json: bool,
+) -> Result<(), String> {
     let config = match shape {
         Shape::Stories15M => Config::STORIES_15M,
         Shape::Stories110M => Config::STORIES_110M,
     };
     write_random_checkpoint(out, &config, seed).map_err(|e| format!("{}: {e}", out.display()))?;
-    println!(
-        "{}: random {shape:?} checkpoint, {:.1} MB",
-        out.display(),
-        config.file_bytes().unwrap_or(0) as f64 / 1e6
-    );
+    if let Some(path) = tokenizer {
+        write_random_tokenizer(path, config.vocab_size)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let mb = config.file_bytes().unwrap_or(0) as f64 / 1e6;
+    if json {
+        let report = serde_json::json!({
+            "path": out.display().to_string(),
+            "shape": format!("{shape:?}"),
+            "seed": seed,
+            "megabytes": mb,
+            "tokenizer": tokenizer.map(|p| p.display().to_string()),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!("{}: random {shape:?} checkpoint, {mb:.1} MB", out.display());
+        if let Some(path) = tokenizer {
+            println!(
+                "{}: a made-up tokenizer of {} tokens",
+                path.display(),
+                config.vocab_size
+            );
+        }
+        println!(
+            "random weights: decoding it gives meaningless tokens, at the speed a trained \
+             model of this shape would"
+        );
+    }
     Ok(())
 }
 
@@ -65,6 +100,7 @@ pub(crate) struct DecodeOptions {
     pub(crate) threads: Option<usize>,
     pub(crate) executor: Executor,
     pub(crate) mmap: bool,
+    pub(crate) prompt: Option<String>,
     pub(crate) json: bool,
 }
 
@@ -72,12 +108,17 @@ pub(crate) struct DecodeOptions {
 #[derive(Serialize)]
 struct DecodeReport {
     model: String,
+    format: String,
     config: ConfigJson,
+    tensor_types: Vec<TensorTypeJson>,
+    simd_tier: &'static str,
+    quantized_kernel: &'static str,
     mapped: bool,
     residence: &'static str,
     executor: Executor,
     threads: usize,
     steps: usize,
+    prompt_tokens: Vec<u32>,
     tokens: Vec<u32>,
     text: Option<String>,
     tokens_per_s: f64,
@@ -86,6 +127,14 @@ struct DecodeReport {
     read_ceiling_gbs: f64,
     bound_tokens_per_s: f64,
     share_of_bound: f64,
+}
+
+/// A tensor type a model uses and how many of its matrices do.
+#[derive(Serialize)]
+struct TensorTypeJson {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    matrices: usize,
 }
 
 #[derive(Serialize)]
@@ -165,18 +214,33 @@ fn settle() {
 /// How the weights are held, for reports.
 fn residence_name(model: &Llama2) -> &'static str {
     match model.residence() {
-        Some(Residence::Mapped) => "mapped",
-        Some(Residence::HugePageCopy) => "huge-page copy",
-        None => "read into memory",
+        Residence::Mapped => "mapped",
+        Residence::HugePageCopy => "huge-page copy",
+        Residence::Heap => "read into memory",
     }
+}
+
+/// `Q4_K x 73, Q6_K x 12`.
+fn types_line(model: &Llama2) -> String {
+    model
+        .tensor_types()
+        .iter()
+        .map(|(ty, n)| format!("{ty} x {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Tokens/s after the first token (which pays for page faults and cold
 /// caches), and the tokens.
-fn timed_generate(model: &Llama2, exec: &dyn RowParallel, steps: usize) -> (f64, Vec<u32>) {
+fn timed_generate(
+    model: &Llama2,
+    exec: &dyn RowParallel,
+    prompt: &[u32],
+    steps: usize,
+) -> (f64, Vec<u32>) {
     let mut first_done = None;
-    let tokens = model.generate(exec, steps, |pos, _| {
-        if pos == 0 {
+    let tokens = model.generate_after(exec, prompt, steps, |_, _| {
+        if first_done.is_none() {
             first_done = Some(Instant::now());
         }
     });
@@ -192,13 +256,13 @@ fn timed_generate(model: &Llama2, exec: &dyn RowParallel, steps: usize) -> (f64,
 /// GB/s of one parallel read of the model's weights (median of `samples`),
 /// on `pool` (or the calling thread).
 fn weights_ceiling_gbs(model: &Llama2, pool: Option<&Pool>, samples: usize) -> f64 {
-    let weights = model.weights();
-    let bytes = weights.len() / 4096 * 4096 * 4;
-    read_ceiling(pool, weights);
+    let weights = model.weight_bytes();
+    let bytes = read_ceiling_bytes_len(weights);
+    read_ceiling_bytes(pool, weights);
     let runs = (0..samples)
         .map(|_| {
             let start = Instant::now();
-            std::hint::black_box(read_ceiling(pool, weights));
+            std::hint::black_box(read_ceiling_bytes(pool, weights));
             bytes as f64 / start.elapsed().as_nanos() as f64
         })
         .collect();
@@ -215,30 +279,50 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
     }
     .map_err(|e| format!("{}: {e}", o.model.display()))?;
     let config = *model.config();
-    let tokenizer = o
+    let file_tokenizer = o
         .tokenizer
         .as_ref()
         .map(|path| {
             Tokenizer::open(path, config.vocab_size).map_err(|e| format!("{}: {e}", path.display()))
         })
         .transpose()?;
-    if o.steps > config.seq_len {
+    let tokenizer = file_tokenizer.as_ref().or(model.tokenizer());
+    let prompt = match (&o.prompt, tokenizer) {
+        (None, _) => Vec::new(),
+        (Some(text), Some(t)) => t.encode(text),
+        (Some(_), None) => {
+            return Err(
+                "--prompt needs a tokenizer: a llama2.c checkpoint has none of its own, give \
+                 --tokenizer FILE"
+                    .to_owned(),
+            )
+        }
+    };
+    let positions = prompt.len() + o.steps;
+    if positions > config.seq_len {
         eprintln!(
-            "pool decode: --steps {} is past the model's seq_len {}: decoding {}",
-            o.steps, config.seq_len, config.seq_len
+            "pool decode: {} prompt tokens + --steps {} is past the model's seq_len {}: \
+             decoding {}",
+            prompt.len(),
+            o.steps,
+            config.seq_len,
+            config.seq_len.saturating_sub(prompt.len())
         );
     }
-    let steps = o.steps.min(config.seq_len);
+    let steps = o.steps.min(config.seq_len.saturating_sub(prompt.len()));
     let threads = match o.executor {
         Executor::Serial => 1,
         _ => pool_topo::resolve_cpu_threads(o.threads).threads,
     };
+    crate::warn_if_wider_than_the_machine("pool decode", threads);
     let built = Built::new(o.executor, threads)?;
     let exec = built.exec();
+    let tier = pool_matvec::simd_tier();
     if !o.json {
         println!(
-            "{}: dim {}, hidden {}, {} layers, {} heads ({} kv), vocab {}, seq_len {}, {:.1} MB per token, {}",
+            "{}: {}, dim {}, hidden {}, {} layers, {} heads ({} kv), vocab {}, context {}, {:.1} MB per token, {}",
             o.model.display(),
+            model.format(),
             config.dim,
             config.hidden_dim,
             config.n_layers,
@@ -246,23 +330,33 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
             config.n_kv_heads,
             config.vocab_size,
             config.seq_len,
-            config.bytes_per_token() as f64 / 1e6,
+            model.bytes_per_token() as f64 / 1e6,
             residence_name(&model)
         );
-        println!("{:?} executor, {threads} threads", o.executor);
+        println!(
+            "tensors {}; kernels {} (quantized: {}); {:?} executor, {threads} {}",
+            types_line(&model),
+            tier.name(),
+            pool_matvec::quantized_kernel_name(tier),
+            o.executor,
+            if threads == 1 { "thread" } else { "threads" }
+        );
     }
     let dispatches_before = pool_core::dispatch_count();
     let (rate, tokens) = if o.executor == Executor::OpenMp {
+        if !prompt.is_empty() {
+            return Err("--prompt is not supported with --executor openmp".to_owned());
+        }
         OpenMpLlama2::new(&model)
             .map_err(|reason| format!("the C + OpenMP peer is not available: {reason}"))?
             .generate(steps, threads)
     } else {
-        timed_generate(&model, exec, steps)
+        timed_generate(&model, exec, &prompt, steps)
     };
     let dispatches = pool_core::dispatch_count() - dispatches_before;
-    let text = tokenizer.as_ref().map(|t| {
+    let text = tokenizer.map(|t| {
         let mut bytes = Vec::new();
-        let mut previous = pool_matvec::llama2::BOS;
+        let mut previous = prompt.last().copied().unwrap_or(model.bos());
         for &token in &tokens {
             bytes.extend_from_slice(t.decode(previous, token));
             previous = token;
@@ -280,20 +374,32 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
     };
     settle();
     let ceiling = weights_ceiling_gbs(&model, ceiling_on, 5);
-    let bytes_per_token = config.bytes_per_token();
+    let bytes_per_token = model.bytes_per_token();
     let bound = ceiling * 1e9 / bytes_per_token as f64;
     let report = DecodeReport {
         model: o.model.display().to_string(),
+        format: model.format().to_string(),
         config: (&config).into(),
-        mapped: model.mapped_file().is_some(),
+        tensor_types: model
+            .tensor_types()
+            .into_iter()
+            .map(|(ty, matrices)| TensorTypeJson {
+                ty: ty.name(),
+                matrices,
+            })
+            .collect(),
+        simd_tier: tier.name(),
+        quantized_kernel: pool_matvec::quantized_kernel_name(tier),
+        mapped: model.residence() == Residence::Mapped,
         residence: residence_name(&model),
         executor: o.executor,
         threads,
         steps,
+        prompt_tokens: prompt.clone(),
         tokens,
         text,
         tokens_per_s: rate,
-        dispatches_per_token: dispatches as f64 / steps.max(1) as f64,
+        dispatches_per_token: dispatches as f64 / (prompt.len() + steps).max(1) as f64,
         bytes_per_token,
         read_ceiling_gbs: ceiling,
         bound_tokens_per_s: bound,
@@ -311,7 +417,8 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         Some(text) => writeln!(stdout, "{text}"),
         None => writeln!(
             stdout,
-            "{}",
+            "{}\n(token ids: give --tokenizer FILE for text; a random-weight checkpoint, as \
+             `pool random-checkpoint` writes, decodes to meaningless tokens)",
             report
                 .tokens
                 .iter()
@@ -418,7 +525,7 @@ pub(crate) fn measure_checkpoints(
             for (i, (model, exec)) in runners.into_iter().enumerate() {
                 let before = pool_core::dispatch_count();
                 settle();
-                let (rate, t) = timed_generate(model, exec, steps);
+                let (rate, t) = timed_generate(model, exec, &[], steps);
                 if i == 2 {
                     dispatches += pool_core::dispatch_count() - before;
                 }

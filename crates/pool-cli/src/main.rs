@@ -92,15 +92,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Greedy decoding of a llama2.c checkpoint (the legacy f32 export) on
-    /// the pool: the tokens (or text, with --tokenizer), tokens/s after the
-    /// first token, and the share of the bandwidth bound reached.
+    /// Greedy decoding of a GGUF model (F32, F16, Q8_0, Q4_0, Q4_K_M) or a
+    /// llama2.c checkpoint on the pool: the tokens (text with the GGUF
+    /// vocabulary or --tokenizer), the tensor types and kernels used,
+    /// tokens/s after the first token, and the share of the bandwidth
+    /// bound reached.
     Decode {
         /// The checkpoint.
         model: PathBuf,
         /// A llama2.c tokenizer file, to print text instead of token ids.
         #[arg(long, value_name = "FILE")]
         tokenizer: Option<PathBuf>,
+        /// Text to run before generating (encoded with the GGUF file's
+        /// vocabulary, or --tokenizer's).
+        #[arg(long, value_name = "TEXT")]
+        prompt: Option<String>,
         /// Tokens to generate (at most the model's seq_len).
         #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
         steps: u32,
@@ -137,6 +143,13 @@ enum Command {
         /// The random seed.
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Also write a made-up llama2.c tokenizer of the same vocabulary
+        /// here (what llama.cpp's converter needs to make a GGUF file).
+        #[arg(long, value_name = "FILE")]
+        tokenizer: Option<PathBuf>,
+        /// One JSON object instead of text (schema: docs/cli.md).
+        #[arg(long)]
+        json: bool,
     },
     /// Sweep participants and spin budgets over the decode workload; print
     /// the table and the recommended FERROX_CPU_THREADS / CMF_POOL_SPIN.
@@ -218,6 +231,7 @@ fn main() -> ExitCode {
             executor,
             mmap,
             huge_pages: _,
+            prompt,
             json,
         }) => llama::run_decode(llama::DecodeOptions {
             model,
@@ -226,11 +240,16 @@ fn main() -> ExitCode {
             threads: threads.map(|n| n as usize),
             executor,
             mmap,
+            prompt,
             json,
         }),
-        Some(Command::RandomCheckpoint { shape, out, seed }) => {
-            llama::write_random(shape, &out, seed)
-        }
+        Some(Command::RandomCheckpoint {
+            shape,
+            out,
+            seed,
+            tokenizer,
+            json,
+        }) => llama::write_random(shape, &out, seed, tokenizer.as_deref(), json),
         Some(Command::Burn { cpu, seconds }) => {
             waiting::burn(cpu, seconds.min(120));
             Ok(())
@@ -303,6 +322,20 @@ fn parse_shape(text: &str) -> Result<DecodeConfig, String> {
         _ => Err(format!(
             "{text:?}: four positive numbers DIM,HIDDEN,LAYERS,VOCAB"
         )),
+    }
+}
+
+/// Warns on stderr when `threads` participants are more than the CPUs this
+/// process may use: every thread past them shares a CPU, and spinning
+/// threads that share one slow each other down (`pool topo` says the same).
+pub(crate) fn warn_if_wider_than_the_machine(what: &str, threads: usize) {
+    let cpus = pool_topo::usable_cpus();
+    if threads > cpus {
+        eprintln!(
+            "{what}: warning: {threads} threads on {cpus} usable CPUs: the pool is \
+             oversubscribed ({} threads share CPUs)",
+            threads - cpus
+        );
     }
 }
 

@@ -71,7 +71,11 @@ fn a_dense_stream_runs_every_job_and_counts_each_pickup_once() {
         let s = pool.stats().since(&before);
         assert_eq!(s.worker_jobs(), handed, "{s}");
         assert_eq!(s.jobs_hot + s.jobs_after_park, handed, "{s}");
-        assert_eq!(s.dispatches(), handed, "one worker: a dispatch per share: {s}");
+        assert_eq!(
+            s.dispatches(),
+            handed,
+            "one worker: a dispatch per share: {s}"
+        );
     });
 }
 

@@ -20,7 +20,9 @@ use crate::disjoint::DisjointRows;
 use crate::fast::matvec_f32_fast;
 use crate::q4_0::{quantize_q4_0, BlockQ4_0};
 use crate::q8_0::{quantize_q8_0, ActivationExtras, BlockQ8_0, QK8_0};
+pub use crate::random::XorShift;
 use crate::rows::{RowsInto, RowsIntoFn};
+pub use crate::serial::Serial;
 
 /// The model shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,10 +180,6 @@ pub trait DecodeExecutor {
     /// executor can (one barrier for all).
     fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]);
 }
-
-/// Runs everything on the calling thread.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Serial;
 
 impl DecodeExecutor for Serial {
     fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]) {
@@ -501,25 +499,4 @@ fn rms_norm(x: &[f32]) -> Vec<f32> {
     let mean = x.iter().map(|v| v * v).sum::<f32>() / x.len().max(1) as f32;
     let scale = 1.0 / (mean + 1e-5).sqrt();
     x.iter().map(|v| v * scale).collect()
-}
-
-/// A small, fast, seedable generator for test data (not for anything else).
-#[derive(Debug, Clone)]
-pub struct XorShift(pub u64);
-
-impl XorShift {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        let mut v = self.0;
-        v ^= v << 13;
-        v ^= v >> 7;
-        v ^= v << 17;
-        self.0 = v;
-        v
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn uniform(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
 }

@@ -16,7 +16,6 @@
 //!   [`quantized_kernel_name`] says which runs, and
 //!   `docs/tuning.md` has the measured table);
 //! - [`decode`]: a synthetic decode step to measure all of it;
-//! - [`llama2`]: a real llama2 decoder on llama2.c checkpoints.
 //!
 //! ```
 //! use pool_matvec::RowParallel;
@@ -35,18 +34,26 @@ mod disjoint;
 mod each;
 mod exact;
 mod fast;
+mod k_quants;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
-pub mod llama2;
 mod q4_0;
 mod q8_0;
+mod random;
 mod rows;
+mod serial;
 mod shape;
 mod tier;
+mod weights;
 
 pub use each::{for_each_chunk_init, for_each_row};
 pub use exact::{matvec_naive, matvec_rows, matvec_rows2};
 pub use fast::{dot_fast, dot_fast_on, dot_fast_portable, matvec_f32_fast};
+pub use k_quants::{
+    dequantize_q4_k, dequantize_q6_k, dot_q4_k, dot_q4_k_on, dot_q4_k_scalar, dot_q6_k,
+    dot_q6_k_on, dot_q6_k_scalar, quantize_q4_k, quantize_q6_k, quantize_q8_k, BlockQ4K, BlockQ6K,
+    BlockQ8K, QK_K,
+};
 pub use q4_0::{
     dequantize_q4_0, dot_q4_0, dot_q4_0_on, dot_q4_0_scalar, matvec_q4_0, matvec_q4_0_prepared,
     quantize_q4_0, BlockQ4_0, QK4_0,
@@ -55,12 +62,15 @@ pub use q8_0::{
     dequantize_q8_0, dot_q8_0, dot_q8_0_on, dot_q8_0_scalar, matvec_q8_0, matvec_q8_0_prepared,
     quantize_q8_0, BlockQ8_0, QK8_0,
 };
+pub use random::XorShift;
 pub use rows::{
     grain_for, Broadcast, RowFn, RowParallel, RowsInto, RowsIntoFn, GRAINS_PER_PARTICIPANT,
     MIN_GRAIN,
 };
+pub use serial::Serial;
 pub use shape::{should_parallelize, PARALLEL_THRESHOLD};
 pub use tier::{quantized_kernel_name, simd_tier, SimdTier, SIMD_TIER_ENV};
+pub use weights::{PreparedInput, WeightType, Weights, WeightsError};
 
 // docs/embedding.md, compiled: every Rust snippet there is a doctest of
 // this crate (not under Miri: they build pools and leave the global one).

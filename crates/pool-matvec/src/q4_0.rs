@@ -859,7 +859,7 @@ mod neon {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
-    use crate::decode::XorShift;
+    use crate::random::XorShift;
     use crate::tier::{has_avx512_vbmi, has_avx512_vnni};
 
     /// Every x86 kernel this CPU can run, by name: the tier picks one,

@@ -554,7 +554,7 @@ mod avx512 {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
-    use crate::decode::XorShift;
+    use crate::random::XorShift;
     use crate::tier::has_avx512_vnni;
 
     /// Every x86 kernel this CPU can run, by name, and whether it needs
@@ -673,7 +673,7 @@ pub(crate) mod neon {
     /// i32 lane (`sdot`; inline asm: the intrinsic is not stable).
     #[target_feature(enable = "neon,dotprod")]
     #[inline]
-    fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    pub(crate) fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
         // SAFETY: `sdot` reads and writes registers only; the
         // dot-product extension is enabled for this function.
         unsafe {

@@ -76,7 +76,7 @@ pub fn grain_for(rows: usize, participants: usize) -> usize {
 /// }
 /// ```
 ///
-/// [`Serial`]: crate::decode::Serial
+/// [`Serial`]: crate::serial::Serial
 pub unsafe trait RowParallel {
     /// Calls `f(start, end)` over disjoint, non-empty ranges covering
     /// `0..rows` exactly once, in one dispatch. `rows == 0`: no callback,
@@ -237,7 +237,7 @@ unsafe impl RowParallel for Option<Pool> {
     fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
         match self {
             Some(pool) => pool.run_rows(rows, f),
-            None => crate::decode::Serial.run_rows(rows, f),
+            None => crate::serial::Serial.run_rows(rows, f),
         }
     }
 }
@@ -248,7 +248,7 @@ unsafe impl RowParallel for Option<&Pool> {
     fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
         match self {
             Some(pool) => pool.run_rows(rows, f),
-            None => crate::decode::Serial.run_rows(rows, f),
+            None => crate::serial::Serial.run_rows(rows, f),
         }
     }
 }
@@ -265,7 +265,7 @@ unsafe impl RowParallel for Pool {
 /// The serial executor: the whole range in one call on the calling thread,
 /// so code written against `&dyn RowParallel` needs no branch for it.
 // SAFETY: one call over the whole range, on this thread, before returning.
-unsafe impl RowParallel for crate::decode::Serial {
+unsafe impl RowParallel for crate::serial::Serial {
     fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
         if rows > 0 {
             f(0, rows);

@@ -1,9 +1,10 @@
-//! The llama2 decoder: the tokens of a plain scalar reference decoder on
-//! every executor and thread count, and clear errors for bad files.
+//! The decoder on llama2.c checkpoints: the tokens of a plain scalar
+//! reference decoder on every executor and thread count, and clear errors
+//! for bad files.
 
 use pool_core::Pool;
-use pool_matvec::decode::Serial;
-use pool_matvec::llama2::{write_random_checkpoint, Config, Llama2, LoadError, Residence, BOS};
+use pool_llama::{write_random_checkpoint, Config, LoadError, Model as Llama2, Residence, BOS};
+use pool_matvec::Serial;
 use testkit::watched;
 
 /// A shape with grouped-query attention and every size odd enough to
@@ -201,7 +202,7 @@ fn decoded_tokens_equal_the_scalar_reference_on_every_thread_count() {
             assert!(model.mapped_file().is_some(), "read in place");
             // Each step's logits agree to rounding (the kernel's lane order
             // differs from the reference's plain order).
-            let mut state = model.new_state();
+            let mut state = model.new_state(config.seq_len);
             let mut token = BOS;
             for (pos, want) in logits.iter().enumerate() {
                 let got = model.forward(&Serial, &mut state, token, pos);
@@ -227,7 +228,7 @@ fn decoded_tokens_equal_the_scalar_reference_on_every_thread_count() {
             drop(model);
             stage.set(format!("shared {shared}, huge-page copy"));
             let copied = Llama2::open(&path).unwrap();
-            assert_eq!(copied.residence(), Some(Residence::HugePageCopy));
+            assert_eq!(copied.residence(), Residence::HugePageCopy);
             assert!(copied.mapped_file().is_none());
             let pool = Pool::with_spin(1, 1000);
             assert_eq!(copied.generate(&pool, config.seq_len, |_, _| {}), expected);
@@ -246,7 +247,7 @@ fn logits_are_bit_identical_for_every_executor() {
         }
         let model = Llama2::from_bytes(&checkpoint_bytes(&config, 3)).unwrap();
         let run = |exec: &dyn pool_matvec::RowParallel| {
-            let mut state = model.new_state();
+            let mut state = model.new_state(config.seq_len);
             let mut bits = Vec::new();
             for (pos, token) in [BOS, 2, 3].into_iter().take(config.seq_len).enumerate() {
                 bits.extend(
@@ -348,7 +349,7 @@ fn bad_checkpoints_are_clear_errors() {
 
 #[test]
 fn a_leading_nan_never_wins_the_argmax() {
-    use pool_matvec::llama2::argmax;
+    use pool_llama::argmax;
     assert_eq!(argmax(&[f32::NAN, -5.0, -2.0]), 2);
     assert_eq!(argmax(&[f32::NAN, 4.0, f32::NAN, 4.0]), 1);
     assert_eq!(argmax(&[f32::NAN; 4]), 0);
@@ -358,10 +359,10 @@ fn a_leading_nan_never_wins_the_argmax() {
 #[test]
 fn the_parallel_argmax_is_the_serial_one() {
     watched("argmax", |_| {
-        use pool_matvec::llama2::{argmax, argmax_on};
+        use pool_llama::{argmax, argmax_on};
         let pool = Pool::with_spin(2, 1000);
         let n = if cfg!(miri) { 70 } else { 5000 };
-        let mut rng = pool_matvec::decode::XorShift(9);
+        let mut rng = pool_matvec::XorShift(9);
         let mut cases: Vec<Vec<f32>> = vec![
             vec![],
             vec![f32::NAN; 3],

@@ -12,12 +12,13 @@
 //! RoPE is computed, as llama2.c does), and the classifier (`vocab x dim`)
 //! when it is not shared with the embedding.
 
-use std::fmt;
 use std::io::{self, Write};
 use std::ops::Range;
 use std::path::Path;
 
-use crate::decode::XorShift;
+use pool_matvec::XorShift;
+
+use crate::error::LoadError;
 
 /// Bytes of the header: 7 `i32`.
 pub const HEADER_BYTES: usize = 28;
@@ -143,7 +144,7 @@ impl Config {
     }
 
     /// The shape rules the decoder relies on.
-    fn check(&self) -> Result<(), LoadError> {
+    pub(crate) fn check(&self) -> Result<(), LoadError> {
         let bad = |reason: String| Err(LoadError::BadHeader(reason));
         if !self.dim.is_multiple_of(self.n_heads) {
             return bad(format!(
@@ -240,67 +241,6 @@ pub(crate) struct Layout {
     pub(crate) total: usize,
 }
 
-/// Why a checkpoint or tokenizer could not be loaded.
-#[derive(Debug)]
-pub enum LoadError {
-    /// The file could not be read or mapped.
-    Io(io::Error),
-    /// The header's values make no model.
-    BadHeader(String),
-    /// The file ends before the data the header announces.
-    Truncated {
-        /// Bytes the header implies.
-        needed: usize,
-        /// Bytes in the file.
-        found: usize,
-    },
-    /// The file holds bytes after the data the header announces.
-    TrailingBytes {
-        /// Bytes the header implies.
-        expected: usize,
-        /// Bytes in the file.
-        found: usize,
-    },
-    /// A tokenizer file that does not match the format or the model.
-    BadTokenizer(String),
-    /// The checkpoint's little-endian floats cannot be used in place here.
-    Unsupported(&'static str),
-}
-
-impl fmt::Display for LoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LoadError::Io(err) => write!(f, "cannot read the file: {err}"),
-            LoadError::BadHeader(reason) => write!(f, "not a llama2.c checkpoint: {reason}"),
-            LoadError::Truncated { needed, found } => write!(
-                f,
-                "truncated: the header implies {needed} bytes, the file has {found}"
-            ),
-            LoadError::TrailingBytes { expected, found } => write!(
-                f,
-                "the header implies {expected} bytes, the file has {found} (another version of the format?)"
-            ),
-            LoadError::BadTokenizer(reason) => write!(f, "bad tokenizer file: {reason}"),
-            LoadError::Unsupported(reason) => write!(f, "unsupported here: {reason}"),
-        }
-    }
-}
-
-impl std::error::Error for LoadError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            LoadError::Io(err) => Some(err),
-            _ => None,
-        }
-    }
-}
-
-impl From<io::Error> for LoadError {
-    fn from(err: io::Error) -> Self {
-        LoadError::Io(err)
-    }
-}
-
 /// Writes a checkpoint of shape `config` with random weights from `seed`:
 /// matrices uniform in ±1/√cols, embeddings in ±1, RMS weights near 1.
 /// For tests and benchmarks; no download needed.
@@ -353,6 +293,62 @@ pub fn write_random_checkpoint(
     write(config.seq_len * config.head_size(), 0.0, 0.0)?;
     if !config.shared_classifier {
         write(len(&layout.classifier), 1.0 / d.sqrt(), 0.0)?;
+    }
+    out.flush()
+}
+
+/// Writes a llama2.c tokenizer file of `vocab_size` tokens, made up but
+/// shaped like llama's: `<unk>`, `<s>`, `</s>`, the 256 byte pieces
+/// `<0x00>`..`<0xFF>`, then pieces of letters with and without a leading
+/// space, longer ones scoring higher (so merges build words). For
+/// random-weight models (their tokens are meaningless anyway) and for
+/// llama.cpp's converter, which copies a vocabulary from such a file.
+///
+/// # Errors
+///
+/// If `vocab_size` is below 259 (the special and byte tokens), or the
+/// file cannot be written.
+pub fn write_random_tokenizer(path: impl AsRef<Path>, vocab_size: usize) -> io::Result<()> {
+    if vocab_size < 259 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a vocabulary of {vocab_size} cannot hold the 3 special and 256 byte tokens"),
+        ));
+    }
+    let mut pieces: Vec<(Vec<u8>, f32)> = vec![
+        (b"<unk>".to_vec(), 0.0),
+        (b"<s>".to_vec(), 0.0),
+        (b"</s>".to_vec(), 0.0),
+    ];
+    pieces.extend((0..=255u8).map(|b| (format!("<0x{b:02X}>").into_bytes(), 0.0)));
+    let letters = b"etaoinshrdlucmfwypvbgkjqxz";
+    let mut rng = XorShift(0x5eed);
+    let mut seen = std::collections::HashSet::new();
+    // Single letters and a space first, so every word can be spelled.
+    for piece in std::iter::once(b" ".to_vec()).chain(letters.iter().map(|&l| vec![l])) {
+        seen.insert(piece.clone());
+        pieces.push((piece, -1000.0));
+    }
+    while pieces.len() < vocab_size {
+        let len = 2 + (rng.next_u64() % 6) as usize;
+        let mut piece: Vec<u8> = (0..len)
+            .map(|_| letters[(rng.next_u64() % letters.len() as u64) as usize])
+            .collect();
+        if rng.next_u64().is_multiple_of(2) {
+            piece.insert(0, b' ');
+        }
+        if seen.insert(piece.clone()) {
+            let score = -(pieces.len() as f32) / 1000.0;
+            pieces.push((piece, score));
+        }
+    }
+    let longest = pieces.iter().map(|(p, _)| p.len()).max().unwrap_or(1);
+    let mut out = io::BufWriter::new(std::fs::File::create(path)?);
+    out.write_all(&(longest as i32).to_le_bytes())?;
+    for (piece, score) in &pieces {
+        out.write_all(&score.to_le_bytes())?;
+        out.write_all(&(piece.len() as i32).to_le_bytes())?;
+        out.write_all(piece)?;
     }
     out.flush()
 }
