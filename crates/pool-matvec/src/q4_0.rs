@@ -366,12 +366,35 @@ mod avx2 {
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
         let mut result = blocks::reduce(lanes);
         for (bw, bx) in w.iter().zip(x) {
-            let sumi = (0..32)
-                .map(|j| i32::from(bw.value(j)) * i32::from(bx.qs[j]))
-                .sum();
-            result += blocks::term(sumi, bw.d.to_f32(), bx.d.to_f32());
+            result += blocks::term(block_dot_exact(bw, &bx.qs), bw.d.to_f32(), bx.d.to_f32());
         }
         result
+    }
+
+    /// One block's exact integer dot for the tail past the last group of
+    /// eight: its nibbles as signed values (`nibble - 8`), the weights and
+    /// `x` widened to `i16`, multiplied in pairs into `i32` (exact for any
+    /// `x`).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn block_dot_exact(w: &BlockQ4_0, x: &[i8; 32]) -> i32 {
+        // SAFETY: `qs` is 16 bytes and `x` 32: one and two 16-byte loads.
+        let (packed, x0, x1) = unsafe {
+            (
+                _mm_loadu_si128(w.qs.as_ptr().cast()),
+                _mm_loadu_si128(x.as_ptr().cast()),
+                _mm_loadu_si128(x.as_ptr().add(16).cast()),
+            )
+        };
+        let (mask, eight) = (_mm_set1_epi8(0x0F), _mm_set1_epi8(8));
+        let low = _mm_sub_epi8(_mm_and_si128(packed, mask), eight);
+        let high = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16::<4>(packed), mask), eight);
+        let wide = |v| _mm256_cvtepi8_epi16(v);
+        let sums = _mm256_add_epi32(
+            _mm256_madd_epi16(wide(low), wide(x0)),
+            _mm256_madd_epi16(wide(high), wide(x1)),
+        );
+        crate::q8_0::avx2::reduce1(sums)
     }
 
     /// Two consecutive blocks' nibbles as unsigned bytes: the packed

@@ -413,12 +413,7 @@ mod avx512 {
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
         let mut result = blocks::reduce(lanes);
         for (bw, bx) in w.iter().zip(x) {
-            let sumi = bw
-                .qs
-                .iter()
-                .zip(&bx.qs)
-                .map(|(&p, &q)| i32::from(p) * i32::from(q))
-                .sum();
+            let sumi = super::avx2::block_dot_exact(&bw.qs, &bx.qs);
             result += blocks::term(sumi, bw.d.to_f32(), bx.d.to_f32());
         }
         result
@@ -769,7 +764,7 @@ pub(crate) mod simd {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{Activation, BlockQ8_0, QK8_0};
@@ -838,6 +833,31 @@ mod avx2 {
         };
         let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(vw, vw), _mm256_sign_epi8(vx, vw));
         _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+    }
+
+    /// The exact integer dot of two blocks' 32 signed values, for any
+    /// values (-128 included): widened to `i16` and multiplied in pairs
+    /// into `i32`. The tail blocks past the last group of eight use it:
+    /// a row of 9 blocks (288 columns) spent a third of its time in a
+    /// scalar tail before.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(crate) fn block_dot_exact(w: &[i8; QK8_0], x: &[i8; QK8_0]) -> i32 {
+        // SAFETY: both arrays are exactly 32 bytes: two 16-byte loads each.
+        let (w0, w1, x0, x1) = unsafe {
+            (
+                _mm_loadu_si128(w.as_ptr().cast()),
+                _mm_loadu_si128(w.as_ptr().add(16).cast()),
+                _mm_loadu_si128(x.as_ptr().cast()),
+                _mm_loadu_si128(x.as_ptr().add(16).cast()),
+            )
+        };
+        let wide = |v| _mm256_cvtepi8_epi16(v);
+        let sums = _mm256_add_epi32(
+            _mm256_madd_epi16(wide(w0), wide(x0)),
+            _mm256_madd_epi16(wide(w1), wide(x1)),
+        );
+        reduce1(sums)
     }
 
     /// The sum of one vector's eight lanes.

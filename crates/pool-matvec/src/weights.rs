@@ -392,21 +392,11 @@ impl<'a> Weights<'a> {
             }
             WeightType::Q4_K => {
                 let xq = x.q8k.as_deref().expect("input prepared for Q4_K");
-                let dot = k_quants::kernels(crate::tier::simd_tier()).0;
-                let rows: &[BlockQ4K] = self.blocks(start, end);
-                let per_row = self.cols / QK_K;
-                for (o, row) in out.iter_mut().zip(rows.chunks_exact(per_row)) {
-                    *o = dot(row, xq);
-                }
+                k_quants::q4_k_rows(self.blocks(start, end), self.cols / QK_K, xq, out);
             }
             WeightType::Q6_K => {
                 let xq = x.q8k.as_deref().expect("input prepared for Q6_K");
-                let dot = k_quants::kernels(crate::tier::simd_tier()).1;
-                let rows: &[BlockQ6K] = self.blocks(start, end);
-                let per_row = self.cols / QK_K;
-                for (o, row) in out.iter_mut().zip(rows.chunks_exact(per_row)) {
-                    *o = dot(row, xq);
-                }
+                k_quants::q6_k_rows(self.blocks(start, end), self.cols / QK_K, xq, out);
             }
         }
     }

@@ -395,7 +395,9 @@ pub(crate) type DotFn<W> = fn(&[W], &[BlockQ8K]) -> f32;
 pub(crate) fn kernels(tier: SimdTier) -> (DotFn<BlockQ4K>, DotFn<BlockQ6K>) {
     match tier {
         #[cfg(target_arch = "x86_64")]
-        SimdTier::Avx512 | SimdTier::Avx2 => (x86::dot_q4_k, x86::dot_q6_k),
+        SimdTier::Avx512 => (x86::dot_q4_k_512, x86::dot_q6_k_512),
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx2 => (x86::dot_q4_k, x86::dot_q6_k),
         #[cfg(target_arch = "aarch64")]
         SimdTier::Neon if crate::tier::has_neon_dotprod() => {
             (neon::dot_q4_k_sdot, neon::dot_q6_k_sdot)
@@ -404,6 +406,59 @@ pub(crate) fn kernels(tier: SimdTier) -> (DotFn<BlockQ4K>, DotFn<BlockQ6K>) {
         SimdTier::Neon => (neon::dot_q4_k_mull, neon::dot_q6_k_mull),
         _ => (dot_q4_k_scalar, dot_q6_k_scalar),
     }
+}
+
+/// A two-row kernel: two rows against one activation, each row's bits the
+/// one-row kernel's.
+pub(crate) type Dot2Fn<W> = fn(&[W], &[W], &[BlockQ8K]) -> (f32, f32);
+
+/// The tier's two-row Q4_K and Q6_K kernels, where it has them.
+pub(crate) fn pair_kernels(tier: SimdTier) -> (Option<Dot2Fn<BlockQ4K>>, Option<Dot2Fn<BlockQ6K>>) {
+    match tier {
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx512 => (Some(x86::dot2_q4_k_512), Some(x86::dot2_q6_k_512)),
+        _ => (None, None),
+    }
+}
+
+/// Rows of `w` (`per_row` super-blocks each) dotted with `x` into `out`:
+/// two at a time with `dot2` where the tier has one, else `dot` each.
+pub(crate) fn rows_with<W>(
+    w: &[W],
+    per_row: usize,
+    x: &[BlockQ8K],
+    out: &mut [f32],
+    dot: DotFn<W>,
+    dot2: Option<Dot2Fn<W>>,
+) {
+    let row = |r: usize| &w[r * per_row..(r + 1) * per_row];
+    let Some(dot2) = dot2 else {
+        for (r, o) in out.iter_mut().enumerate() {
+            *o = dot(row(r), x);
+        }
+        return;
+    };
+    let mut pairs = out.chunks_exact_mut(2);
+    let mut r = 0;
+    for pair in &mut pairs {
+        (pair[0], pair[1]) = dot2(row(r), row(r + 1), x);
+        r += 2;
+    }
+    if let [last] = pairs.into_remainder() {
+        *last = dot(row(r), x);
+    }
+}
+
+/// Q4_K rows on this CPU's tier.
+pub(crate) fn q4_k_rows(w: &[BlockQ4K], per_row: usize, x: &[BlockQ8K], out: &mut [f32]) {
+    let tier = crate::tier::simd_tier();
+    rows_with(w, per_row, x, out, kernels(tier).0, pair_kernels(tier).0);
+}
+
+/// Q6_K rows on this CPU's tier.
+pub(crate) fn q6_k_rows(w: &[BlockQ6K], per_row: usize, x: &[BlockQ8K], out: &mut [f32]) {
+    let tier = crate::tier::simd_tier();
+    rows_with(w, per_row, x, out, kernels(tier).1, pair_kernels(tier).1);
 }
 
 /// A Q4_K row dotted with a Q8_K activation on this CPU's tier (the same
@@ -538,6 +593,39 @@ mod tests {
             })
             .collect();
         (q4, q6, x)
+    }
+
+    #[test]
+    fn the_pair_kernels_give_each_rows_scalar_bits() {
+        let mut rng = XorShift(13);
+        for blocks in [1, 3, 8, 9, 17] {
+            let (a, _, x) = extreme_rows(&mut rng, blocks);
+            let (b, _, _) = extreme_rows(&mut rng, blocks);
+            let (_, a6, _) = extreme_rows(&mut rng, blocks);
+            let (_, b6, _) = extreme_rows(&mut rng, blocks);
+            for tier in SimdTier::available() {
+                let (pair4, pair6) = pair_kernels(tier);
+                if let Some(dot2) = pair4 {
+                    let (ra, rb) = dot2(&a, &b, &x);
+                    assert_eq!(ra.to_bits(), dot_q4_k_scalar(&a, &x).to_bits(), "{tier:?}");
+                    assert_eq!(rb.to_bits(), dot_q4_k_scalar(&b, &x).to_bits(), "{tier:?}");
+                }
+                if let Some(dot2) = pair6 {
+                    let (ra, rb) = dot2(&a6, &b6, &x);
+                    assert_eq!(ra.to_bits(), dot_q6_k_scalar(&a6, &x).to_bits(), "{tier:?}");
+                    assert_eq!(rb.to_bits(), dot_q6_k_scalar(&b6, &x).to_bits(), "{tier:?}");
+                }
+            }
+            let w: Vec<BlockQ4K> = a.iter().chain(&b).chain(&a).copied().collect();
+            let mut out = [0.0f32; 3];
+            q4_k_rows(&w, blocks, &x, &mut out);
+            assert_eq!(out[1].to_bits(), dot_q4_k_scalar(&b, &x).to_bits());
+            assert_eq!(out[2].to_bits(), dot_q4_k_scalar(&a, &x).to_bits());
+            let w: Vec<BlockQ6K> = a6.iter().chain(&b6).copied().collect();
+            let mut out = [0.0f32; 2];
+            q6_k_rows(&w, blocks, &x, &mut out);
+            assert_eq!(out[1].to_bits(), dot_q6_k_scalar(&b6, &x).to_bits());
+        }
     }
 
     #[test]
