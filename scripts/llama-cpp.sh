@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's `llama-bench`, `llama-quantize` and
-# `llama-convert-llama2c-to-ggml` once, into target/llama.cpp/, from the
+# `llama-convert-llama2c-to-ggml` once, into target/llama.cpp/ (with
+# `llama2c-run`: llama2.c's forward pass as a program), from the
 # source that ships inside the `llama-cpp-python` source distribution on
 # PyPI (vendor/llama.cpp), with cmake from Debian's packages. Then, with
 # `models`, writes the GGUF files the benchmarks decode: random-weight
@@ -68,6 +69,15 @@ for u in d["urls"]:
     echo "built: $(ls "$out/bin")"
 }
 
+# llama2.c's forward pass as a program of its own (the f32 peer).
+build_runner() {
+    [ -x "$out/bin/llama2c-run" ] && return
+    mkdir -p "$out/bin"
+    cc -Ofast -march=native -fopenmp -o "$out/bin/llama2c-run" \
+        "$root/benches/c/llama2_run.c" "$root/benches/c/llama2_omp.c" -lm
+    echo "built: $out/bin/llama2c-run"
+}
+
 make_models() {
     local models="$out/models"
     mkdir -p "$models"
@@ -92,6 +102,7 @@ make_models() {
 }
 
 build_tools
+build_runner
 if [ "${1:-}" = models ]; then
     make_models
 fi

@@ -123,6 +123,12 @@ struct DecodeReport {
     text: Option<String>,
     tokens_per_s: f64,
     dispatches_per_token: f64,
+    /// Jobs the adaptive policy ran on the caller alone during the decode
+    /// (pool executor only).
+    jobs_inline: u64,
+    /// CPUs other processes kept busy where this one runs, at the end of
+    /// the decode (`pool_core::foreign_cpus`).
+    foreign_cpus: f64,
     bytes_per_token: usize,
     read_ceiling_gbs: f64,
     bound_tokens_per_s: f64,
@@ -343,6 +349,7 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         );
     }
     let dispatches_before = pool_core::dispatch_count();
+    let stats_before = built.ceiling_pool().map(Pool::stats);
     let (rate, tokens) = if o.executor == Executor::OpenMp {
         if !prompt.is_empty() {
             return Err("--prompt is not supported with --executor openmp".to_owned());
@@ -354,6 +361,11 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         timed_generate(&model, exec, &prompt, steps)
     };
     let dispatches = pool_core::dispatch_count() - dispatches_before;
+    let jobs_inline = built
+        .ceiling_pool()
+        .zip(stats_before)
+        .map_or(0, |(pool, before)| pool.stats().since(&before).jobs_inline);
+    let foreign_cpus = pool_core::foreign_cpus();
     let text = tokenizer.map(|t| {
         let mut bytes = Vec::new();
         let mut previous = prompt.last().copied().unwrap_or(model.bos());
@@ -400,6 +412,8 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         text,
         tokens_per_s: rate,
         dispatches_per_token: dispatches as f64 / (prompt.len() + steps).max(1) as f64,
+        jobs_inline,
+        foreign_cpus,
         bytes_per_token,
         read_ceiling_gbs: ceiling,
         bound_tokens_per_s: bound,

@@ -5,6 +5,7 @@
 
 mod bench;
 mod llama;
+mod llama_cpp;
 mod peers;
 mod scenarios;
 mod topo;
@@ -81,6 +82,13 @@ enum Command {
         /// ping-pong; the goals checked.
         #[arg(long)]
         peers: bool,
+        /// Instead: `pool decode` against llama.cpp's `llama-bench` on the
+        /// same GGUF files (stories15M and stories110M in Q8_0, Q4_0,
+        /// Q4_K_M) and against llama2.c's C forward pass on the f32
+        /// checkpoints, separate processes, interleaved rounds, at 1 and 2
+        /// threads. Needs `scripts/llama-cpp.sh models` (says so if not).
+        #[arg(long = "llama-cpp", conflicts_with_all = ["peers", "scenarios"])]
+        llama_cpp: bool,
         /// With --peers: draw overhead against threads, one line per peer,
         /// to FILE.
         #[arg(long, value_name = "FILE", requires = "peers")]
@@ -222,6 +230,12 @@ fn main() -> ExitCode {
             json,
             ..
         }) => scenarios::run(quick, json),
+        Some(Command::Bench {
+            quick,
+            llama_cpp: true,
+            json,
+            ..
+        }) => llama_cpp::run(quick, json),
         Some(Command::Bench { quick, json, .. }) => bench::run(quick, json),
         Some(Command::Decode {
             model,

@@ -476,6 +476,7 @@ impl Shared {
             // job runs here, whole.
             return f(0, 1);
         };
+        let asked = invited;
         let invited = if invitation == Invitation::Fitted
             && self.settings.linger_ns.load(process::Ordering::Relaxed) != 0
         {
@@ -483,6 +484,9 @@ impl Shared {
         } else {
             invited
         };
+        if invited == 0 && asked > 0 && !inside_this {
+            self.caller_counters.inline.add(1);
+        }
         let nested_here = if self.has_bug(SeededBug::NestingSeesInnermostOnly) {
             ACTIVE_POOLS.with(|active| active.borrow().last() == Some(&id))
         } else {

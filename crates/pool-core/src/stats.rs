@@ -54,6 +54,7 @@ pub(crate) struct CallerCounters {
     pub(crate) wait_histogram: [Counter; 6],
     pub(crate) panics: Counter,
     pub(crate) moves: Counter,
+    pub(crate) inline: Counter,
 }
 
 impl CallerCounters {
@@ -113,6 +114,11 @@ pub struct PoolStats {
     /// worker, or the caller when the worker is pinned there; see
     /// docs/design.md, "Caller and worker on one CPU").
     pub caller_moves: u64,
+    /// Jobs that asked for workers but ran on the caller alone because the
+    /// adaptive policy found no CPU for one (other processes' load, or
+    /// this process's callers filling the CPUs). Nested and forked-child
+    /// runs are not counted.
+    pub jobs_inline: u64,
 }
 
 impl PoolStats {
@@ -152,6 +158,7 @@ impl PoolStats {
             }),
             panics: d(self.panics, earlier.panics),
             caller_moves: d(self.caller_moves, earlier.caller_moves),
+            jobs_inline: d(self.jobs_inline, earlier.jobs_inline),
         }
     }
 }
@@ -191,6 +198,7 @@ pub(crate) fn snapshot<'a>(
         caller_wait_histogram: std::array::from_fn(|i| caller.wait_histogram[i].get()),
         panics: caller.panics.get(),
         caller_moves: caller.moves.get(),
+        jobs_inline: caller.inline.get(),
         ..PoolStats::default()
     };
     for w in workers {

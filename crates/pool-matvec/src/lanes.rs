@@ -5,6 +5,25 @@
 
 use std::arch::x86_64::*;
 
+/// `blocks::reduce`'s tree on a register: `s = lanes 0..4 + lanes 4..8`,
+/// then `(s0 + s2) + (s1 + s3)`: the same additions in the same order as
+/// the scalar reference, without a trip through memory.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) fn reduce_ps(acc: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+    let t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)))
+}
+
+/// An f16 bit pattern as f32 by F16C (exact, as `half`'s conversion,
+/// which is a call through a runtime dispatch: too slow per block).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(crate) fn f16_to_f32(bits: u16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
 /// A 64-byte permute table, aligned for one load.
 #[repr(C, align(64))]
 pub(crate) struct Table(pub(crate) [u8; 64]);

@@ -257,7 +257,7 @@ macro_rules! one_row {
             acc = scaled_add(acc, sums, dw, gsum, gd);
         }
         let b = blocks / blocks::LANES * blocks::LANES;
-        finish(acc, &w[b..blocks], &x.q[b..blocks])
+        finish(acc, &w[b..blocks], &x.q[b..blocks], &x.d[b..blocks])
     }};
 }
 
@@ -283,10 +283,10 @@ macro_rules! two_rows {
             acc1 = scaled_add(acc1, sums1, dw1, gsum, gd);
         }
         let b = blocks / blocks::LANES * blocks::LANES;
-        let tail = &x.q[b..blocks];
+        let (tail, dx) = (&x.q[b..blocks], &x.d[b..blocks]);
         (
-            finish(acc0, &w0[b..blocks], tail),
-            finish(acc1, &w1[b..blocks], tail),
+            finish(acc0, &w0[b..blocks], tail, dx),
+            finish(acc1, &w1[b..blocks], tail, dx),
         )
     }};
 }
@@ -358,15 +358,13 @@ mod avx2 {
 
     /// The lanes' fixed reduction, then the tail blocks (`w` and `x` from
     /// the end of the eight-block body on) in block order.
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,f16c")]
     #[inline]
-    pub(super) fn finish(acc: __m256, w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
-        let mut lanes = [0.0f32; 8];
-        // SAFETY: `lanes` is 32 writable bytes.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-        let mut result = blocks::reduce(lanes);
-        for (bw, bx) in w.iter().zip(x) {
-            result += blocks::term(block_dot_exact(bw, &bx.qs), bw.d.to_f32(), bx.d.to_f32());
+    pub(super) fn finish(acc: __m256, w: &[BlockQ4_0], x: &[BlockQ8_0], dx: &[f32]) -> f32 {
+        let mut result = crate::lanes::reduce_ps(acc);
+        for ((bw, bx), &dx) in w.iter().zip(x).zip(dx) {
+            let dw = crate::lanes::f16_to_f32(bw.d.to_bits());
+            result += blocks::term(block_dot_exact(bw, &bx.qs), dw, dx);
         }
         result
     }

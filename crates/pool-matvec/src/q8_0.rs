@@ -400,21 +400,18 @@ mod avx512 {
             acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, d));
         }
         let b = blocks / blocks::LANES * blocks::LANES;
-        finish(acc, &w[b..blocks], &x.q[b..blocks])
+        finish(acc, &w[b..blocks], &x.q[b..blocks], &x.d[b..blocks])
     }
 
     /// The lanes' fixed reduction, then the tail blocks (`w` and `x` from
     /// the end of the eight-block body on) in block order.
-    #[target_feature(enable = "avx512f,avx512vl,avx2")]
+    #[target_feature(enable = "avx512f,avx512vl,avx2,f16c")]
     #[inline]
-    fn finish(acc: __m256, w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
-        let mut lanes = [0.0f32; 8];
-        // SAFETY: `lanes` is 32 writable bytes.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-        let mut result = blocks::reduce(lanes);
-        for (bw, bx) in w.iter().zip(x) {
+    fn finish(acc: __m256, w: &[BlockQ8_0], x: &[BlockQ8_0], dx: &[f32]) -> f32 {
+        let mut result = crate::lanes::reduce_ps(acc);
+        for ((bw, bx), &dx) in w.iter().zip(x).zip(dx) {
             let sumi = super::avx2::block_dot_exact(&bw.qs, &bx.qs);
-            result += blocks::term(sumi, bw.d.to_f32(), bx.d.to_f32());
+            result += blocks::term(sumi, crate::lanes::f16_to_f32(bw.d.to_bits()), dx);
         }
         result
     }
@@ -470,10 +467,10 @@ mod avx512 {
             acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(sumi1, _mm256_mul_ps(dw1, dx)));
         }
         let b = blocks / blocks::LANES * blocks::LANES;
-        let tail = &x.q[b..blocks];
+        let (tail, dx) = (&x.q[b..blocks], &x.d[b..blocks]);
         (
-            finish(acc0, &w0[b..blocks], tail),
-            finish(acc1, &w1[b..blocks], tail),
+            finish(acc0, &w0[b..blocks], tail, dx),
+            finish(acc1, &w1[b..blocks], tail, dx),
         )
     }
 
@@ -802,14 +799,15 @@ pub(crate) mod avx2 {
             acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, d));
         }
         let b = blocks / blocks::LANES * blocks::LANES;
-        let mut lanes = [0.0f32; 8];
-        // SAFETY: `lanes` is 32 writable bytes.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-        let mut result = blocks::reduce(lanes);
-        for (bw, bx) in w[b..blocks].iter().zip(&x.q[b..blocks]) {
+        let mut result = crate::lanes::reduce_ps(acc);
+        for ((bw, bx), &dx) in w[b..blocks]
+            .iter()
+            .zip(&x.q[b..blocks])
+            .zip(&x.d[b..blocks])
+        {
             // SAFETY: AVX2, by this function's contract.
             let sumi = unsafe { reduce1(block_sums(&bw.qs, &bx.qs)) };
-            result += blocks::term(sumi, bw.d.to_f32(), bx.d.to_f32());
+            result += blocks::term(sumi, crate::lanes::f16_to_f32(bw.d.to_bits()), dx);
         }
         result
     }
