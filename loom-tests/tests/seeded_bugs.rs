@@ -104,20 +104,44 @@ fn a_far_count_read_outside_the_job_loses_items() {
     });
 }
 
-/// The completer's fence before it reads the sleeper count gone: the
-/// caller, asleep at the join, misses the last worker's wake and sleeps
-/// for ever while the worker parks for its next ticket.
+/// The caller announces its sleep at the join with a plain store instead
+/// of a compare-exchange: a decrement between its load and its store is
+/// lost, and it sleeps for ever beside the worker parked for its next
+/// ticket.
 #[test]
-fn a_missing_sleep_fence_loses_the_joins_wakeup() {
-    assert_model_deadlocks("seeded_sleep_fence_model");
+fn a_sleep_flag_stored_over_a_decrement_loses_the_joins_wakeup() {
+    assert_model_deadlocks("seeded_sleep_flag_model");
 }
 
 #[test]
-#[ignore = "run in a child process by a_missing_sleep_fence_loses_the_joins_wakeup"]
-fn seeded_sleep_fence_model() {
+#[ignore = "run in a child process by a_sleep_flag_stored_over_a_decrement_loses_the_joins_wakeup"]
+fn seeded_sleep_flag_model() {
     model(|| {
-        let pool = pool_with(SeededBug::MissingSleepFence, 1);
+        let pool = pool_with(SeededBug::SleepFlagByStore, 1);
         pool.run(&|_, _| {});
+    });
+}
+
+/// A departing participant skips its fence before looking for sleepers:
+/// the caller, asleep at a barrier the worker left without reaching,
+/// sleeps for ever.
+#[test]
+fn a_departure_without_its_fence_leaves_a_barrier_sleeper_asleep() {
+    assert_model_deadlocks("seeded_departure_fence_model");
+}
+
+#[test]
+#[ignore = "run in a child process by a_departure_without_its_fence_leaves_a_barrier_sleeper_asleep"]
+fn seeded_departure_fence_model() {
+    model(|| {
+        let pool = pool_with(SeededBug::MissingDepartureFence, 1);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.run_phased(&|idx, n, barrier| {
+                if idx == n - 1 {
+                    barrier.wait();
+                }
+            });
+        }));
     });
 }
 
@@ -135,5 +159,22 @@ fn seeded_lock_across_job_model() {
     model(|| {
         let pool = std::sync::Arc::new(pool_with(SeededBug::LockHeldAcrossJob, 1));
         loom_tests::unbind_inside_and_outside(&pool);
+    });
+}
+
+/// A seat taken without checking whose job the seats word names: a worker
+/// late for a withdrawn job takes a seat of the next one and reads that
+/// job's inbox through a ticket that never published it.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn a_seat_taken_from_a_later_job_reads_an_unpublished_inbox() {
+    model(|| {
+        let pool = pool_with(SeededBug::SeatFromStaleWord, 1);
+        for _ in 0..2 {
+            let cursor = AtomicUsize::new(0);
+            pool.run_optional_workers(1, &|_, _| {
+                while cursor.fetch_add(1, Ordering::Relaxed) < 2 {}
+            });
+        }
     });
 }

@@ -126,6 +126,9 @@ struct DecodeReport {
     /// Jobs the adaptive policy ran on the caller alone during the decode
     /// (pool executor only).
     jobs_inline: u64,
+    /// Invitations of row jobs no worker took up before the caller had
+    /// done the work (pool executor only).
+    withdrawn: u64,
     /// CPUs other processes kept busy where this one runs, at the end of
     /// the decode (`pool_core::foreign_cpus`).
     foreign_cpus: f64,
@@ -361,10 +364,11 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         timed_generate(&model, exec, &prompt, steps)
     };
     let dispatches = pool_core::dispatch_count() - dispatches_before;
-    let jobs_inline = built
+    let pool_stats = built
         .ceiling_pool()
         .zip(stats_before)
-        .map_or(0, |(pool, before)| pool.stats().since(&before).jobs_inline);
+        .map(|(pool, before)| pool.stats().since(&before))
+        .unwrap_or_default();
     let foreign_cpus = pool_core::foreign_cpus();
     let text = tokenizer.map(|t| {
         let mut bytes = Vec::new();
@@ -412,7 +416,8 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         text,
         tokens_per_s: rate,
         dispatches_per_token: dispatches as f64 / (prompt.len() + steps).max(1) as f64,
-        jobs_inline,
+        jobs_inline: pool_stats.jobs_inline,
+        withdrawn: pool_stats.withdrawn,
         foreign_cpus,
         bytes_per_token,
         read_ceiling_gbs: ceiling,

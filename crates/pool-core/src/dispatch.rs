@@ -71,7 +71,8 @@ use crate::spinners;
 use crate::stats::{self, CallerCounters, PoolStats, WorkerCounters};
 use crate::sync::process::TryLockError;
 use crate::sync::{fence, lock, process, spin_loop, thread, thread_local, SPIN_SCALE_SHIFT};
-use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, UnsafeCell};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Thread, UnsafeCell};
+use crate::tickets;
 
 /// The caller waits this many spins before yielding when the pool is
 /// oversubscribed: a ticket holder may be waiting for this very CPU.
@@ -112,6 +113,10 @@ enum Invitation {
     Fitted,
     /// Every worker asked for, as a fixed budget would.
     Exact,
+    /// Withdrawable (`tickets.rs`): a worker that has not started when
+    /// the caller's share ends is not waited for, so other processes' load
+    /// does not shrink the job.
+    Optional,
 }
 
 /// How the caller's barrier wait went.
@@ -140,8 +145,10 @@ pub(crate) struct WorkerSlot {
 /// Ticket and job descriptor share a line: a worker that sees its new
 /// ticket finds the job in the same cache-line transfer.
 pub(crate) struct Inbox {
-    /// Jobs handed to this worker so far; only the caller writes it.
-    pub(crate) ticket: AtomicUsize,
+    /// The ticket of the last job handed to this worker (`tickets.rs`:
+    /// the job's sequence number and whether its invitation may be
+    /// withdrawn); only the caller writes it.
+    pub(crate) ticket: AtomicU64,
     /// The job the current ticket was issued for (invariant 1).
     pub(crate) job: UnsafeCell<Job>,
 }
@@ -173,8 +180,10 @@ unsafe impl Sync for CapturedContexts {}
 /// turn holder before it issues tickets, read only by ticket holders.
 pub(crate) struct Shared {
     pub(crate) slots: Box<[WorkerSlot]>,
-    /// Ticket holders that have not finished the current job.
-    pub(crate) remaining: CachePadded<AtomicUsize>,
+    /// Ticket holders that have not finished the current job, and the
+    /// seats of a withdrawable job not yet taken (`tickets.rs`): one line,
+    /// both read-modify-written by the workers of a job.
+    pub(crate) completion: CachePadded<Completion>,
     /// The caller when it sleeps at the join (`sleep.rs`); its count is
     /// read by the last worker of every job.
     pub(crate) join_sleepers: CachePadded<Sleepers>,
@@ -218,6 +227,20 @@ pub(crate) struct Shared {
     pub(crate) seeded_bug: Option<SeededBug>,
     /// The first panic payload caught from a worker during the current job.
     pub(crate) worker_panic: Mutex<Option<Box<dyn Any + Send + 'static>>>,
+}
+
+/// A job's completion count and its open seats (`tickets.rs`).
+pub(crate) struct Completion {
+    /// Ticket holders that have not finished the current job.
+    pub(crate) remaining: AtomicUsize,
+    /// A withdrawable job's seats not yet taken: its sequence number and
+    /// the count (`tickets::seats`).
+    pub(crate) seats: AtomicU64,
+    /// The last job's sequence number; only the turn holder writes it.
+    /// On this line, which the caller writes every job anyway: a field of
+    /// its own among the workers' read-mostly fields cost every worker a
+    /// line transfer per job (the hot fork-join 120 -> 170 ns).
+    pub(crate) job_seq: AtomicU64,
 }
 
 /// Rarely written words, read by spinning workers.
@@ -368,7 +391,7 @@ impl Shared {
         let slots = (0..workers)
             .map(|_| WorkerSlot {
                 inbox: CachePadded::new(Inbox {
-                    ticket: AtomicUsize::new(0),
+                    ticket: AtomicU64::new(0),
                     job: UnsafeCell::new(Job::none()),
                 }),
                 parked: CachePadded::new(AtomicBool::new(false)),
@@ -377,7 +400,11 @@ impl Shared {
             .collect();
         let shared = Shared {
             slots,
-            remaining: CachePadded::new(AtomicUsize::new(0)),
+            completion: CachePadded::new(Completion {
+                remaining: AtomicUsize::new(0),
+                seats: AtomicU64::new(0),
+                job_seq: AtomicU64::new(0),
+            }),
             join_sleepers: CachePadded::new(Sleepers::new()),
             worker_panicked: CachePadded::new(AtomicBool::new(false)),
             epoch: CachePadded::new(AtomicUsize::new(0)),
@@ -454,6 +481,14 @@ impl Shared {
         self.run_with(threads, self.slots.len(), f, Invitation::Exact);
     }
 
+    /// As [`Shared::run`] for a job whose participants share its work (a
+    /// cursor of grains): workers that have not started when the caller's
+    /// share ends are withdrawn, not waited for (`tickets.rs`).
+    pub(crate) fn run_optional(&self, threads: &[Thread], invited: usize, f: &JobFn<'_>) {
+        let invited = invited.min(crate::tickets::MAX_SEATS);
+        self.run_with(threads, invited, f, Invitation::Optional);
+    }
+
     fn run_with(&self, threads: &[Thread], invited: usize, f: &JobFn<'_>, invitation: Invitation) {
         // Other processes busy on this process's CPUs: invite only as many
         // workers as there are CPUs left for them (none: run inline). A
@@ -477,12 +512,11 @@ impl Shared {
             return f(0, 1);
         };
         let asked = invited;
-        let invited = if invitation == Invitation::Fitted
-            && self.settings.linger_ns.load(process::Ordering::Relaxed) != 0
-        {
-            self.fit_to_free_cpus(invited, now, inside_any)
-        } else {
-            invited
+        let adaptive = self.settings.linger_ns.load(process::Ordering::Relaxed) != 0;
+        let invited = match invitation {
+            Invitation::Fitted if adaptive => self.fit_to_free_cpus(invited, now, inside_any),
+            Invitation::Optional if adaptive => self.fit_to_own_callers(invited, now, inside_any),
+            _ => invited,
         };
         if invited == 0 && asked > 0 && !inside_this {
             self.caller_counters.inline.add(1);
@@ -519,7 +553,8 @@ impl Shared {
             }
         };
         spinners::caller_active();
-        let caller_result = self.publish_and_join(threads, invited, f, now);
+        let withdrawable = invitation == Invitation::Optional;
+        let caller_result = self.publish_and_join(threads, invited, f, now, withdrawable);
         let worker_panic = self.take_worker_panic();
         // The captured contexts end with the job (a request's span must not
         // stay open until the next dispatch).
@@ -581,6 +616,24 @@ impl Shared {
         }
     }
 
+    /// The adaptive policy's share for a withdrawable job: the invite cap
+    /// and this process's own callers, but not other processes' load (a
+    /// worker they keep from running is withdrawn, not waited for).
+    #[inline]
+    fn fit_to_own_callers(&self, invited: usize, now: u64, inside_any_pool: bool) -> usize {
+        let invited = invited.min(self.invite_cap());
+        if invited == 0 || inside_any_pool {
+            return invited;
+        }
+        let window = self.settings.linger_ticks.load(process::Ordering::Relaxed);
+        let callers = spinners::recent_callers(now, window);
+        if callers >= 2 && callers >= spinners::spinner_limit() {
+            0
+        } else {
+            invited
+        }
+    }
+
     /// The most workers a job invites: all of them under a fixed budget;
     /// under the adaptive policy never more than the CPUs besides the
     /// caller's, so a job on an oversubscribed pool does not wait for
@@ -623,12 +676,21 @@ impl Shared {
         invited: usize,
         f: &JobFn<'_>,
         now: u64,
+        withdrawable: bool,
     ) -> Result<(), Box<dyn Any + Send + 'static>> {
         let participants = invited + 1;
         let job = Job::new(f, participants);
-        // 1. Descriptor and count. Relaxed: published by the Release ticket
-        //    stores below.
-        self.remaining.store(invited, Ordering::Relaxed);
+        // 1. Descriptor, count and seats. Relaxed: published by the Release
+        //    ticket stores below. Only the turn holder writes `job_seq`.
+        self.completion.remaining.store(invited, Ordering::Relaxed);
+        let seq = self.completion.job_seq.load(Ordering::Relaxed) + 1;
+        self.completion.job_seq.store(seq, Ordering::Relaxed);
+        if withdrawable {
+            self.completion
+                .seats
+                .store(tickets::seats(seq, invited), Ordering::Relaxed);
+        }
+        let ticket = tickets::ticket(seq, withdrawable);
         let counters = &*self.caller_counters;
         if invited < self.slots.len() {
             // Re-arm the uninvited spinners' budgets. Skipped for a full job:
@@ -662,10 +724,7 @@ impl Shared {
             // hold `turn`), and its ticket is not yet bumped, so it is not
             // reading its inbox.
             inbox.job.with_mut(|job_ptr| unsafe { job_ptr.write(job) });
-            let ticket = inbox.ticket.load(Ordering::Relaxed);
-            inbox
-                .ticket
-                .store(ticket.wrapping_add(1), Ordering::Release);
+            inbox.ticket.store(ticket, Ordering::Release);
         }
         // 3. Pairs with the worker's fence between `parked = true` and its
         //    ticket re-check: one of us sees the other's store.
@@ -683,6 +742,20 @@ impl Shared {
         let caller_result = panic::catch_unwind(AssertUnwindSafe(|| {
             with_active_pool(id, || f(invited, participants))
         }));
+        // A withdrawable job's work is done when the caller's share is:
+        // the seats nobody took are withdrawn, not waited for.
+        if withdrawable {
+            let withdrawn = self.withdraw_seats(seq);
+            if withdrawn > 0 {
+                // Continues the release sequence of the workers'
+                // decrements (an RMW), so the Acquire load that reads 0
+                // still sees every worker's writes.
+                self.completion
+                    .remaining
+                    .fetch_sub(withdrawn, Ordering::Relaxed);
+                counters.withdrawn.add(withdrawn as u64);
+            }
+        }
         // Bookkeeping after the share, where the workers are still busy
         // (before it, it would delay the caller's share).
         if unparks > 0 {
@@ -744,7 +817,7 @@ impl Shared {
         let mut spins: u32 = 0;
         let mut yields: u64 = 0;
         let mut long_since = None;
-        while self.remaining.load(Ordering::Acquire) != 0 {
+        while self.completion.remaining.load(Ordering::Acquire) != 0 {
             if long_since.is_none() && u64::from(spins) + yields == SHORT_WAIT_SPINS {
                 long_since = Some(clock::ticks());
             }
@@ -760,8 +833,7 @@ impl Shared {
                     }
                     // Long enough: sleep until the last worker's decrement
                     // wakes us (sleep.rs).
-                    self.join_sleepers
-                        .sleep_until(|| self.remaining.load(Ordering::Acquire) == 0);
+                    self.sleep_at_join();
                     break;
                 }
                 thread::yield_now();
@@ -774,12 +846,47 @@ impl Shared {
         }
     }
 
-    /// Wakes the caller if it sleeps at the join; called by the worker
-    /// whose decrement took `remaining` to 0.
+    /// Parks the caller until `remaining` reaches 0, announcing itself
+    /// with [`sleep::CALLER_ASLEEP`] in `remaining` by a compare-exchange
+    /// that fails if the count moved (sleep.rs: the last decrement and
+    /// this announcement are ordered in the word itself).
+    #[cold]
+    fn sleep_at_join(&self) {
+        let id = self.join_sleepers.register();
+        let remaining = &self.completion.remaining;
+        loop {
+            let word = remaining.load(Ordering::Acquire);
+            if word & !sleep::CALLER_ASLEEP == 0 {
+                break;
+            }
+            if word & sleep::CALLER_ASLEEP == 0 {
+                let flagged = word | sleep::CALLER_ASLEEP;
+                let announced = if self.has_bug(SeededBug::SleepFlagByStore) {
+                    remaining.store(flagged, Ordering::Release);
+                    true
+                } else {
+                    // Release: the registration above is visible to the
+                    // worker whose decrement (Acquire) sees the flag.
+                    remaining
+                        .compare_exchange(word, flagged, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                };
+                if !announced {
+                    continue;
+                }
+            }
+            thread::park();
+        }
+        self.join_sleepers.unregister(id);
+    }
+
+    /// Called by the worker whose decrement took `remaining` to 0, with
+    /// the value it replaced: wakes the caller if it announced it sleeps.
     #[inline]
-    pub(crate) fn job_completed(&self) {
-        self.join_sleepers
-            .wake(self.has_bug(SeededBug::MissingSleepFence));
+    pub(crate) fn job_completed(&self, previous: usize) {
+        if previous & sleep::CALLER_ASLEEP != 0 {
+            self.join_sleepers.wake_all();
+        }
     }
 
     /// After a wait that had to yield: if an invited worker last noted

@@ -17,7 +17,7 @@ use crate::sync::{fence, spin_loop, thread, Ordering};
 pub(crate) enum Wake {
     /// A new ticket: the value now in the worker's inbox, and what the
     /// wait leaves to record after the job.
-    Ticket(usize, Pickup),
+    Ticket(u64, Pickup),
     /// The pool is being dropped.
     Shutdown,
 }
@@ -27,7 +27,7 @@ pub(crate) enum Wake {
 pub(crate) fn wait_for_ticket(
     shared: &Shared,
     index: usize,
-    seen: usize,
+    seen: u64,
     state: &mut WaitState,
 ) -> Wake {
     let slot = &shared.slots[index];
@@ -67,7 +67,7 @@ pub(crate) fn wait_for_ticket(
 /// in between. A spurious wake just returns; the caller's loop re-checks.
 /// Returns whether the thread parked.
 #[cold]
-fn park(shared: &Shared, index: usize, seen: usize) -> bool {
+fn park(shared: &Shared, index: usize, seen: u64) -> bool {
     let slot = &shared.slots[index];
     slot.parked.store(true, Ordering::Relaxed);
     // Pairs with the caller's fence between its ticket stores and its

@@ -49,6 +49,7 @@ mod sleep;
 mod spinners;
 mod stats;
 mod sync;
+mod tickets;
 mod worker;
 
 pub use builder::PoolBuilder;

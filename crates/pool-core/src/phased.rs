@@ -43,9 +43,10 @@
 //!   barrier that did complete is never taken for an abandoned one.
 //! - `broken`: set `Release` by whoever finds the barrier abandoned, loaded
 //!   `Acquire`; it only makes later waits unwind sooner.
-//! - **sleep**: a waiter that has waited [`sleep::SLEEP_AFTER`] parks; the
-//!   last arrival and every departure wake the sleepers after their RMW,
-//!   through `sleep.rs`'s fence pair, so a sleeper misses neither.
+//! - **sleep**: a waiter that has waited [`sleep::SLEEP_AFTER`] parks,
+//!   announced by a sleeper count in the arrival word itself, so the last
+//!   arrival's RMW sees it (no fence); a departure writes `left`, and
+//!   pairs fences with the sleeper (`sleep.rs`).
 //!
 //! The count would overflow after 2^64 arrivals, which no job lives to see.
 
@@ -60,7 +61,7 @@ use crate::pool::Pool;
 use crate::seeded::SeededBug;
 use crate::sleep::{self, Sleepers};
 use crate::sync::{
-    lock, spin_loop, thread, AtomicBool, AtomicUsize, Mutex, Ordering, SPIN_SCALE_SHIFT,
+    lock, spin_loop, thread, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, SPIN_SCALE_SHIFT,
 };
 
 /// Spins before a barrier waiter yields its CPU when every thread has one
@@ -75,8 +76,10 @@ struct Abandoned;
 /// State shared by one `run_phased` job's participants; lives on the
 /// caller's stack for the job.
 struct PhaseState {
-    /// Arrivals at all of the job's barriers so far (module docs).
-    arrivals: CachePadded<AtomicUsize>,
+    /// Arrivals at all of the job's barriers so far (module docs), in the
+    /// low bits ([`sleep::ARRIVALS`]); participants asleep at a barrier
+    /// in the top ones ([`sleep::SLEEPER`] each).
+    arrivals: CachePadded<AtomicU64>,
     /// Participants whose closure has returned or unwound.
     left: AtomicUsize,
     broken: AtomicBool,
@@ -92,8 +95,8 @@ struct PhaseState {
     ns_per_tick: f64,
     /// The seeded bug `BarrierArrivalRelaxed`.
     arrive_relaxed: bool,
-    /// The seeded bug `MissingSleepFence`.
-    sleep_fence_dropped: bool,
+    /// The seeded bug `MissingDepartureFence`.
+    departure_fence_dropped: bool,
 }
 
 /// The barrier a [`Pool::run_phased`] job's participants share. Every
@@ -135,10 +138,10 @@ impl PhaseState {
         yield_after: u32,
         ns_per_tick: f64,
         arrive_relaxed: bool,
-        sleep_fence_dropped: bool,
+        departure_fence_dropped: bool,
     ) -> PhaseState {
         PhaseState {
-            arrivals: CachePadded::new(AtomicUsize::new(0)),
+            arrivals: CachePadded::new(AtomicU64::new(0)),
             left: AtomicUsize::new(0),
             broken: AtomicBool::new(false),
             passed: Mutex::new((usize::MAX, 0)),
@@ -148,7 +151,7 @@ impl PhaseState {
             sleepers: Sleepers::new(),
             ns_per_tick,
             arrive_relaxed,
-            sleep_fence_dropped,
+            departure_fence_dropped,
         }
     }
 
@@ -161,22 +164,25 @@ impl PhaseState {
         } else {
             Ordering::AcqRel
         };
-        let ticket = self.arrivals.fetch_add(1, order);
+        let word = self.arrivals.fetch_add(1, order);
+        let ticket = word & sleep::ARRIVALS;
         // This barrier completes at the next multiple of `n` (module docs).
+        let n = n as u64;
         let target = (ticket / n + 1) * n;
         if ticket + 1 == target {
-            // The last arrival: our RMW read every earlier one. Wake the
-            // waiters that went to sleep.
-            self.sleepers.wake(self.sleep_fence_dropped);
+            // The last arrival: our RMW read every earlier one, and every
+            // sleeper's announcement (sleep.rs). Wake those.
+            if word >= sleep::SLEEPER {
+                self.sleepers.wake_all();
+            }
             return;
         }
+        let arrived = || self.arrivals.load(Ordering::Acquire) & sleep::ARRIVALS >= target;
         let mut spins: u32 = 0;
         let mut yields: u64 = 0;
         let mut since = 0;
-        while self.arrivals.load(Ordering::Acquire) < target {
-            if self.left.load(Ordering::Acquire) > 0
-                && self.arrivals.load(Ordering::Acquire) < target
-            {
+        while !arrived() {
+            if self.left.load(Ordering::Acquire) > 0 && !arrived() {
                 // A participant left without arriving here: it never will.
                 self.broken.store(true, Ordering::Release);
                 panic::resume_unwind(Box::new(Abandoned));
@@ -195,16 +201,56 @@ impl PhaseState {
                 if sleep::time_to_sleep(yields, since, self.ns_per_tick) {
                     // Woken by the last arrival or by a departure; the
                     // loop above re-checks which.
-                    self.sleepers.sleep_until(|| {
-                        self.arrivals.load(Ordering::Acquire) >= target
-                            || self.left.load(Ordering::Acquire) > 0
-                            || self.broken.load(Ordering::Acquire)
-                    });
+                    self.sleep_until_arrived(target);
                 } else {
                     thread::yield_now();
                 }
             }
         }
+    }
+
+    /// Parks until barrier `target` completes or a participant leaves
+    /// (sleep.rs): announced in the arrival word by a compare-exchange
+    /// that fails if the barrier completed meanwhile; departures write
+    /// another word, so a fence pair covers those.
+    #[cold]
+    fn sleep_until_arrived(&self, target: u64) {
+        let id = self.sleepers.register();
+        let mut announced = false;
+        loop {
+            let word = self.arrivals.load(Ordering::Acquire);
+            if word & sleep::ARRIVALS >= target
+                || self.left.load(Ordering::Acquire) > 0
+                || self.broken.load(Ordering::Acquire)
+            {
+                break;
+            }
+            if !announced {
+                // Release: the registration is visible to the last
+                // arrival, whose RMW (Acquire) sees the sleeper.
+                announced = self
+                    .arrivals
+                    .compare_exchange(
+                        word,
+                        word + sleep::SLEEPER,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok();
+                if !announced {
+                    continue;
+                }
+                // Pairs with a departure's fence (`leave`): it sees this
+                // sleeper, or the check above next time round sees it left.
+                sleep::announce_fence();
+                continue;
+            }
+            thread::park();
+        }
+        if announced {
+            self.arrivals.fetch_sub(sleep::SLEEPER, Ordering::Relaxed);
+        }
+        self.sleepers.unregister(id);
     }
 
     /// A participant's closure returned (`Ok`) or unwound (`Err`) after
@@ -236,8 +282,11 @@ impl PhaseState {
         // Release: pairs with the Acquire load in `wait` (module docs).
         self.left.fetch_add(1, Ordering::Release);
         // A sleeping waiter must see the departure: if the barrier it waits
-        // at can no longer complete, it has to unwind.
-        self.sleepers.wake(self.sleep_fence_dropped);
+        // at can no longer complete, it has to unwind (sleep.rs).
+        self.sleepers.wake_fenced(
+            || self.arrivals.load(Ordering::Relaxed) >= sleep::SLEEPER,
+            self.departure_fence_dropped,
+        );
     }
 
     /// After the job: re-raises the first real panic, the caller's first;
@@ -308,7 +357,7 @@ impl Pool {
             yield_after >> SPIN_SCALE_SHIFT,
             shared.ns_per_tick,
             shared.has_bug(SeededBug::BarrierArrivalRelaxed),
-            shared.has_bug(SeededBug::MissingSleepFence),
+            shared.has_bug(SeededBug::MissingDepartureFence),
         );
         self.run(&|idx, n| {
             let mut barrier = JobBarrier {

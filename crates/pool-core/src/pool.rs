@@ -115,6 +115,35 @@ impl Pool {
         self.shared.run(&self.threads, max_workers, f);
     }
 
+    /// Runs `f(idx, n)` on the caller (`idx = n - 1`) and on those of
+    /// workers `0..k` (`k = min(max_workers, n_workers())`, `n = k + 1`)
+    /// that start before the caller's share returns: for a job whose
+    /// participants share its work through something like a cursor of
+    /// grains, so that whoever runs does the work. A worker that has not
+    /// started when the caller is done is withdrawn, not waited for: on a
+    /// busy machine a worker that the scheduler keeps waiting costs the
+    /// job nothing (the caller does the rest), where `run_limited` would
+    /// wait for it. Each `idx` runs at most once; the caller's always.
+    /// Other processes' load does not shrink the invitation (the adaptive
+    /// policy's CPU cap and this process's own callers still do).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// let pool = pool_core::Pool::new(2);
+    /// let (cursor, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    /// pool.run_optional_workers(2, &|_, _| {
+    ///     // Pull grains until none is left: whoever runs does the work.
+    ///     while cursor.fetch_add(1, Ordering::Relaxed) < 100 {
+    ///         done.fetch_add(1, Ordering::Relaxed);
+    ///     }
+    /// });
+    /// assert_eq!(done.into_inner(), 100);
+    /// ```
+    #[inline]
+    pub fn run_optional_workers(&self, max_workers: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+        self.shared.run_optional(&self.threads, max_workers, f);
+    }
+
     /// The current spin budget: spins before an idle worker parks (for
     /// the adaptive policy, the most it spins: its linger in iterations).
     pub fn spin_budget(&self) -> usize {

@@ -37,13 +37,22 @@ pub enum SeededBug {
     /// the count reach 0 without the worker's writes, and
     /// `Pool::reduce` reads a slot the worker may still be writing.
     CompletionRelaxed,
-    /// The completer's SeqCst fence between the write that ends a wait
-    /// (the last `remaining` decrement, a barrier arrival) and its load of
-    /// the sleeper count is gone: a waiter that parks after a long wait
-    /// can sleep for ever (`sleep.rs`).
-    MissingSleepFence,
+    /// The caller announces that it sleeps at the join with a plain store
+    /// of `remaining | CALLER_ASLEEP` instead of a compare-exchange
+    /// (`sleep.rs`): a decrement between its load and its store is lost,
+    /// and the caller sleeps for ever.
+    SleepFlagByStore,
+    /// A departing `JobBarrier` participant skips the fence before it
+    /// looks for sleepers: a participant asleep at a barrier the departed
+    /// one will never reach can sleep for ever.
+    MissingDepartureFence,
     /// `unbind_two_nodes` holds the saved-masks lock across the job that
     /// restores the masks: a second unbind from inside another caller's
     /// job waits for the lock while the first waits for that job's turn.
     LockHeldAcrossJob,
+    /// A worker takes a seat without checking that the seats word names
+    /// its ticket's job (`tickets.rs`): a worker late for a withdrawn job
+    /// takes a seat of the next one and reads that job's inbox through a
+    /// ticket that never published it.
+    SeatFromStaleWord,
 }

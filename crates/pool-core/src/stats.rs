@@ -55,6 +55,7 @@ pub(crate) struct CallerCounters {
     pub(crate) panics: Counter,
     pub(crate) moves: Counter,
     pub(crate) inline: Counter,
+    pub(crate) withdrawn: Counter,
 }
 
 impl CallerCounters {
@@ -119,6 +120,9 @@ pub struct PoolStats {
     /// this process's callers filling the CPUs). Nested and forked-child
     /// runs are not counted.
     pub jobs_inline: u64,
+    /// Invitations of withdrawable jobs (row jobs) that no worker took up
+    /// before the caller finished the work alone (`tickets.rs`).
+    pub withdrawn: u64,
 }
 
 impl PoolStats {
@@ -159,6 +163,7 @@ impl PoolStats {
             panics: d(self.panics, earlier.panics),
             caller_moves: d(self.caller_moves, earlier.caller_moves),
             jobs_inline: d(self.jobs_inline, earlier.jobs_inline),
+            withdrawn: d(self.withdrawn, earlier.withdrawn),
         }
     }
 }
@@ -199,6 +204,7 @@ pub(crate) fn snapshot<'a>(
         panics: caller.panics.get(),
         caller_moves: caller.moves.get(),
         jobs_inline: caller.inline.get(),
+        withdrawn: caller.withdrawn.get(),
         ..PoolStats::default()
     };
     for w in workers {

@@ -12,7 +12,7 @@
 #[cfg(not(loom))]
 mod imp {
     pub(crate) use std::hint::spin_loop;
-    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
     pub(crate) use std::thread::{self, JoinHandle, Thread};
     pub(crate) use std::thread_local;
@@ -46,7 +46,7 @@ mod imp {
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::hint::spin_loop;
-    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
     pub(crate) use loom::thread::{self, JoinHandle, Thread};
     pub(crate) use loom::thread_local;

@@ -8,6 +8,7 @@ use crate::idle::{wait_for_ticket, Wake};
 use crate::policy::WaitState;
 use crate::seeded::SeededBug;
 use crate::sync::{Arc, Ordering};
+use crate::tickets;
 
 /// The worker loop, run until the pool shuts down.
 pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
@@ -19,7 +20,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
     let mut seen = if shared.has_bug(SeededBug::LiveTicketBaseline) {
         slot.inbox.ticket.load(Ordering::Acquire)
     } else {
-        0usize
+        0u64
     };
     let mut state = WaitState::new();
     let generation = crate::fork::generation();
@@ -31,6 +32,12 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
             }
             Wake::Ticket(ticket, pickup) => {
                 seen = ticket;
+                if tickets::is_withdrawable(ticket) && !shared.take_seat(tickets::seq_of(ticket)) {
+                    // Withdrawn: not ours to run (tickets.rs). Touch
+                    // neither the inbox nor `remaining`.
+                    pickup.record(&shared, &mut state, &slot.counters);
+                    continue;
+                }
                 // SAFETY: we hold the ticket issued for this inbox's job and
                 // have not decremented `remaining` (invariant 1); the Acquire
                 // ticket load ordered the caller's write before this read.
@@ -70,15 +77,17 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
                 // `remaining`; our share's writes and any recorded panic are
                 // visible once it reads 0. After this line the job's closure
                 // may be gone: touch nothing of it.
+                // Acquire too: a caller asleep at the join announced it in
+                // this word (sleep.rs), after registering its thread.
                 let order = if shared.has_bug(SeededBug::CompletionRelaxed) {
                     Ordering::Relaxed
                 } else {
-                    Ordering::Release
+                    Ordering::AcqRel
                 };
-                if shared.remaining.fetch_sub(1, order) == 1 {
-                    // The job's last decrement: the caller may sleep at
-                    // the join (sleep.rs). Only `Shared` is touched.
-                    shared.job_completed();
+                let previous = shared.completion.remaining.fetch_sub(1, order);
+                if previous & !crate::sleep::CALLER_ASLEEP == 1 {
+                    // The job's last decrement. Only `Shared` is touched.
+                    shared.job_completed(previous);
                 }
                 if crate::fork::generation() != generation {
                     forked_inside_a_share();

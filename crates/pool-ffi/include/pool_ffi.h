@@ -69,6 +69,15 @@ typedef struct PoolStatsC {
    * Panics caught.
    */
   uint64_t panics;
+  /**
+   * Row-job invitations no worker took up before the caller had done
+   * the work alone (withdrawn, not waited for).
+   */
+  uint64_t withdrawn;
+  /**
+   * Jobs the adaptive policy ran on the caller alone.
+   */
+  uint64_t jobs_inline;
 } PoolStatsC;
 
 /**

@@ -70,6 +70,11 @@ pub struct PoolStatsC {
     pub caller_wait_ns: u64,
     /// Panics caught.
     pub panics: u64,
+    /// Row-job invitations no worker took up before the caller had done
+    /// the work alone (withdrawn, not waited for).
+    pub withdrawn: u64,
+    /// Jobs the adaptive policy ran on the caller alone.
+    pub jobs_inline: u64,
 }
 
 /// 0: no forced width.
@@ -218,6 +223,8 @@ pub unsafe extern "C" fn pool_stats(pool: *const PoolHandle, out: *mut PoolStats
         jobs_after_park: s.jobs_after_park,
         caller_wait_ns: s.caller_wait_ns,
         panics: s.panics,
+        withdrawn: s.withdrawn,
+        jobs_inline: s.jobs_inline,
     };
     // SAFETY: non-null and writable, by the contract.
     unsafe { out.write(c) };

@@ -306,7 +306,9 @@ fn pull_rows(pool: &Pool, rows: usize, f: &RowFn<'_>) {
         return;
     }
     let cursor = CachePadded::new(AtomicUsize::new(0));
-    pool.run_limited(invited, &|_, n| pull_chunks(&cursor, rows, n, f));
+    // Whoever runs pulls grains: a worker that has not started when the
+    // caller has pulled the last one is withdrawn, not waited for.
+    pool.run_optional_workers(invited, &|_, n| pull_chunks(&cursor, rows, n, f));
 }
 
 /// One participant's side of a row job: claims chunks of `0..rows` from
