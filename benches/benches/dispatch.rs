@@ -21,10 +21,10 @@ fn hot_fork_join(c: &mut Criterion) {
     group.bench_function("ping_pong_round_trip", |b| b.iter(|| ping.round_trip()));
     drop(ping);
     let spin = SpinPool::new();
-    group.bench_function("minimal_spin_pool", |b| b.iter(|| spin.run(&|_, _| {})));
+    group.bench_function("minimal_spin_pool", |b| b.iter(|| spin.run(|_, _| {})));
     drop(spin);
     let pool = Pool::with_spin(1, 1 << 20);
-    group.bench_function("pool_run", |b| b.iter(|| pool.run(&|_, _| {})));
+    group.bench_function("pool_run", |b| b.iter(|| pool.run(|_, _| {})));
     drop(pool);
     let rayon = rayon::ThreadPoolBuilder::new()
         .num_threads(2)
@@ -59,12 +59,12 @@ fn oversubscribed_fork_join(c: &mut Criterion) {
     for workers in [cpus, cpus * 4] {
         let pool = Pool::with_spin(workers, 4000);
         group.bench_with_input(BenchmarkId::new("pool_run", workers), &workers, |b, _| {
-            b.iter(|| pool.run(&|_, _| {}))
+            b.iter(|| pool.run(|_, _| {}))
         });
         group.bench_with_input(
             BenchmarkId::new("pool_run_limited_1", workers),
             &workers,
-            |b, _| b.iter(|| pool.run_limited(1, &|_, _| {})),
+            |b, _| b.iter(|| pool.run_limited(1, |_, _| {})),
         );
         drop(pool);
         let rayon = rayon::ThreadPoolBuilder::new()
@@ -93,7 +93,7 @@ fn after_idle_gap(c: &mut Criterion) {
             for _ in 0..iters {
                 std::thread::sleep(gap);
                 let start = Instant::now();
-                pool.run(&|_, _| {});
+                pool.run(|_, _| {});
                 total += start.elapsed();
             }
             total
@@ -131,9 +131,9 @@ fn straggler_workload(c: &mut Criterion) {
             b.iter(|| {
                 for job in 0..20_000 {
                     if job % 2 == 0 {
-                        pool.run_limited(1, &|_, _| {});
+                        pool.run_limited(1, |_, _| {});
                     } else {
-                        pool.run(&|_, _| {});
+                        pool.run(|_, _| {});
                     }
                 }
             })
@@ -152,7 +152,7 @@ fn job_context(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(2))
         .warm_up_time(Duration::from_millis(500));
     let plain = Pool::with_spin(1, 1 << 20);
-    group.bench_function("no_context", |b| b.iter(|| plain.run(&|_, _| {})));
+    group.bench_function("no_context", |b| b.iter(|| plain.run(|_, _| {})));
     drop(plain);
     let with = Pool::builder()
         .workers(1)
@@ -161,7 +161,7 @@ fn job_context(c: &mut Criterion) {
         .build()
         .unwrap();
     group.bench_function("one_thread_local_context", |b| {
-        b.iter(|| with.run(&|_, _| {}))
+        b.iter(|| with.run(|_, _| {}))
     });
     group.finish();
 }

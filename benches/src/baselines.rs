@@ -139,7 +139,12 @@ impl SpinPool {
 
     /// Runs `f(0, 2)` on the worker and `f(1, 2)` here.
     #[inline]
-    pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
+    pub fn run(&self, f: impl Fn(usize, usize) + Sync) {
+        self.run_dyn(&f);
+    }
+
+    #[inline]
+    fn run_dyn(&self, f: &(dyn Fn(usize, usize) + Sync)) {
         let s = &self.shared;
         // SAFETY: lifetime erasure only; we wait for `done` below.
         let job: Job = unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), Job>(f) };
@@ -327,7 +332,9 @@ pub fn rayon_matvec_q8_0(
     xq: &[BlockQ8_0],
     out: &mut [f32],
 ) {
-    rayon_blocks(pool, w, xq, out, matvec_q8_0_prepared);
+    rayon_blocks(pool, w, xq, out, |p, w, x, o| {
+        matvec_q8_0_prepared(p, w, x, o)
+    });
 }
 
 /// The same for Q4_0 weights.
@@ -337,7 +344,9 @@ pub fn rayon_matvec_q4_0(
     xq: &[BlockQ8_0],
     out: &mut [f32],
 ) {
-    rayon_blocks(pool, w, xq, out, matvec_q4_0_prepared);
+    rayon_blocks(pool, w, xq, out, |p, w, x, o| {
+        matvec_q4_0_prepared(p, w, x, o)
+    });
 }
 
 /// A prepared quantized matvec: `matvec_q8_0_prepared` or `_q4_0_`.

@@ -386,7 +386,7 @@ impl Scenario {
         let before = pool.stats();
         std::hint::black_box(model.decode(pool, tokens.max(1)));
         let unparks_per_dispatch = pool.stats().since(&before).unparks_per_dispatch();
-        let hot_run_ns = crate::time_per_iter(9, 2000, || pool.run(&|_, _| {})).median;
+        let hot_run_ns = crate::time_per_iter(9, 2000, || pool.run(|_, _| {})).median;
         let window = Duration::from_millis(200);
         std::hint::black_box(model.decode(pool, 1));
         let tids = pool.worker_tids();

@@ -55,7 +55,7 @@ pub fn two_jobs_without_a_slot(bug: Option<pool_core::__loom::SeededBug>) {
     let pool = builder.build().unwrap();
     let entries = AtomicUsize::new(0);
     for _ in 0..2 {
-        pool.run(&|_, _| {
+        pool.run(|_, _| {
             entries.fetch_add(1, Ordering::Relaxed);
         });
     }
@@ -78,7 +78,7 @@ pub fn unbind_inside_and_outside(pool: &std::sync::Arc<pool_core::Pool>) {
         let pool = pool.clone();
         loom::thread::spawn(move || pool.__unbind_without_pinning())
     };
-    pool.run(&|idx, n| {
+    pool.run(|idx, n| {
         if idx == n - 1 {
             let inside = pool.__unbind_without_pinning();
             assert!(

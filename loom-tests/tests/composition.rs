@@ -51,7 +51,7 @@ fn a_registered_context_is_entered_on_the_worker_and_restored_before_run_returns
             .build()
             .unwrap();
         for _ in 0..2 {
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
             assert_eq!(entered_value.load(Ordering::Relaxed), 42);
             assert_eq!(open.load(Ordering::Relaxed), 0, "entered, never restored");
         }
@@ -72,7 +72,7 @@ fn the_oversubscribed_wait_path_loses_no_job() {
         assert!(pool.is_oversubscribed());
         let entries = AtomicUsize::new(0);
         for _ in 0..2 {
-            pool.run(&|_, _| {
+            pool.run(|_, _| {
                 entries.fetch_add(1, Ordering::Relaxed);
             });
         }
@@ -101,7 +101,7 @@ fn run_sides_runs_every_item_once_from_outside_and_from_inside_a_job() {
         pool.__mark_far(|worker| worker == 0).unwrap();
         assert_eq!(run_sides_counts(&pool), [[1, 1], [1, 1]], "from outside");
         let nested = loom::sync::Mutex::new(None);
-        pool.run(&|idx, n| {
+        pool.run(|idx, n| {
             if idx == n - 1 {
                 *nested.lock().unwrap() = Some(run_sides_counts(&pool));
             }
@@ -127,11 +127,11 @@ fn nesting_through_two_pools_on_one_thread_runs_inline() {
         let a = Pool::with_spin(1, 0);
         let b = Pool::with_spin(1, 0);
         let innermost = AtomicUsize::new(0);
-        a.run(&|idx, n| {
+        a.run(|idx, n| {
             if idx == n - 1 {
-                b.run(&|idx, n| {
+                b.run(|idx, n| {
                     if idx == n - 1 {
-                        a.run(&|_, n| {
+                        a.run(|_, n| {
                             innermost.fetch_add(n, Ordering::Relaxed);
                         });
                     }

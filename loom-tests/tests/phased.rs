@@ -17,7 +17,7 @@ use pool_core::Pool;
 /// arrival races the other's wait for the one before.
 fn phases_see_each_others_writes(pool: &Pool) {
     let slots = [AtomicUsize::new(0), AtomicUsize::new(0)];
-    pool.run_phased(&|idx, n, barrier| {
+    pool.run_phased(|idx, n, barrier| {
         assert_eq!(n, 2, "the job is dispatched, not run inline");
         for phase in 1..=3 {
             slots[idx].store(phase, Ordering::Relaxed);
@@ -47,7 +47,7 @@ fn a_panic_mid_phase_releases_the_waiting_participant() {
     model(|| {
         let pool = Pool::with_spin(1, 0);
         let result = catch_unwind(AssertUnwindSafe(|| {
-            pool.run_phased(&|idx, n, barrier| {
+            pool.run_phased(|idx, n, barrier| {
                 if idx != n - 1 {
                     panic!("worker fails");
                 }
@@ -57,7 +57,7 @@ fn a_panic_mid_phase_releases_the_waiting_participant() {
         let payload = result.expect_err("the worker's panic reaches the caller");
         assert_eq!(payload.downcast_ref::<&str>(), Some(&"worker fails"));
         let ran = AtomicUsize::new(0);
-        pool.run_phased(&|_, _, barrier| {
+        pool.run_phased(|_, _, barrier| {
             barrier.wait();
             ran.fetch_add(1, Ordering::Relaxed);
         });
@@ -72,7 +72,7 @@ fn a_skipped_barrier_is_reported_not_hung() {
     model(|| {
         let pool = Pool::with_spin(1, 0);
         let result = catch_unwind(AssertUnwindSafe(|| {
-            pool.run_phased(&|idx, _, barrier| {
+            pool.run_phased(|idx, _, barrier| {
                 if idx == 0 {
                     barrier.wait();
                 }

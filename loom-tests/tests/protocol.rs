@@ -118,12 +118,12 @@ fn drop_right_after_construction_joins_cleanly() {
 fn drop_while_a_worker_parks_or_spins_joins_cleanly() {
     model(|| {
         let pool = Pool::with_spin(1, 0);
-        pool.run(&|_, _| {});
+        pool.run(|_, _| {});
         drop(pool);
     });
     model(|| {
         let pool = Pool::with_spin(1, SMALL_BUDGET);
-        pool.run(&|_, _| {});
+        pool.run(|_, _| {});
         drop(pool);
     });
 }
@@ -133,7 +133,7 @@ fn a_panicking_worker_still_completes_the_barrier() {
     model(|| {
         let pool = Pool::with_spin(1, 0);
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pool.run(&|idx, _| {
+            pool.run(|idx, _| {
                 if idx == 0 {
                     panic!("worker fails");
                 }
@@ -153,11 +153,11 @@ fn concurrent_callers_take_turns() {
         let total = Arc::new(AtomicUsize::new(0));
         let (p, t) = (pool.clone(), total.clone());
         let other = loom::thread::spawn(move || {
-            p.run(&|_, _| {
+            p.run(|_, _| {
                 t.fetch_add(1, Ordering::Relaxed);
             });
         });
-        pool.run(&|_, _| {
+        pool.run(|_, _| {
             total.fetch_add(1, Ordering::Relaxed);
         });
         other.join().unwrap();
@@ -170,8 +170,8 @@ fn a_nested_call_runs_inline() {
     model(|| {
         let pool = Pool::with_spin(1, 0);
         let inner = AtomicUsize::new(0);
-        pool.run(&|_, _| {
-            pool.run(&|idx, n| {
+        pool.run(|_, _| {
+            pool.run(|idx, n| {
                 assert_eq!((idx, n), (0, 1));
                 inner.fetch_add(1, Ordering::Relaxed);
             });

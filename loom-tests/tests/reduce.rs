@@ -12,7 +12,7 @@ use pool_core::Pool;
 fn reduce_twice(pool: &Pool) {
     for job in 0..2 {
         // Participant idx gives idx * 10 + n; folded as a * 100 + b.
-        let folded = pool.reduce(&|idx, n| idx * 10 + n + job, |a, b| a * 100 + b);
+        let folded = pool.reduce(|idx, n| idx * 10 + n + job, |a, b| a * 100 + b);
         assert_eq!(folded, (2 + job) * 100 + 12 + job, "job {job}");
     }
 }

@@ -31,7 +31,7 @@ fn a_live_ticket_baseline_loses_a_job() {
 fn seeded_live_ticket_model() {
     model(|| {
         let pool = pool_with(SeededBug::LiveTicketBaseline, 1);
-        pool.run(&|_, _| {});
+        pool.run(|_, _| {});
     });
 }
 
@@ -49,7 +49,7 @@ fn seeded_wake_fence_model() {
     model(|| {
         let pool = pool_with(SeededBug::MissingWakeFence, 1);
         for _ in 0..2 {
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
         }
     });
 }
@@ -70,11 +70,11 @@ fn seeded_nesting_deadlock_model() {
     model(|| {
         let a = pool_with(SeededBug::NestingSeesInnermostOnly, 1);
         let b = Pool::with_spin(1, 0);
-        a.run(&|idx, n| {
+        a.run(|idx, n| {
             if idx == n - 1 {
-                b.run(&|idx, n| {
+                b.run(|idx, n| {
                     if idx == n - 1 {
-                        a.run(&|_, _| {});
+                        a.run(|_, _| {});
                     }
                 });
             }
@@ -90,7 +90,7 @@ fn a_far_count_read_outside_the_job_loses_items() {
     model(|| {
         let pool = pool_with(SeededBug::FarCountOutsideJob, 1);
         pool.__mark_far(|worker| worker == 0).unwrap();
-        pool.run(&|idx, n| {
+        pool.run(|idx, n| {
             if idx == n - 1 {
                 let near = AtomicUsize::new(0);
                 pool.run_sides(2, 2, &|side, start, end| {
@@ -118,7 +118,7 @@ fn a_sleep_flag_stored_over_a_decrement_loses_the_joins_wakeup() {
 fn seeded_sleep_flag_model() {
     model(|| {
         let pool = pool_with(SeededBug::SleepFlagByStore, 1);
-        pool.run(&|_, _| {});
+        pool.run(|_, _| {});
     });
 }
 
@@ -136,7 +136,7 @@ fn seeded_departure_fence_model() {
     model(|| {
         let pool = pool_with(SeededBug::MissingDepartureFence, 1);
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pool.run_phased(&|idx, n, barrier| {
+            pool.run_phased(|idx, n, barrier| {
                 if idx == n - 1 {
                     barrier.wait();
                 }
@@ -172,9 +172,12 @@ fn a_seat_taken_from_a_later_job_reads_an_unpublished_inbox() {
         let pool = pool_with(SeededBug::SeatFromStaleWord, 1);
         for _ in 0..2 {
             let cursor = AtomicUsize::new(0);
-            pool.run_optional_workers(1, &|_, _| {
-                while cursor.fetch_add(1, Ordering::Relaxed) < 2 {}
-            });
+            pool.run_optional_workers(
+                1,
+                |_, _| {
+                    while cursor.fetch_add(1, Ordering::Relaxed) < 2 {}
+                },
+            );
         }
     });
 }

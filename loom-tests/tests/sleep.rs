@@ -17,7 +17,7 @@ fn a_caller_asleep_at_the_join_is_woken_by_the_last_decrement() {
         let pool = Pool::with_spin(1, 0);
         let entries = AtomicUsize::new(0);
         for _ in 0..2 {
-            pool.run(&|_, _| {
+            pool.run(|_, _| {
                 entries.fetch_add(1, Ordering::Relaxed);
             });
         }
@@ -30,7 +30,7 @@ fn a_participant_asleep_at_a_barrier_is_woken_by_the_last_arrival() {
     model(|| {
         let pool = Pool::with_spin(1, 0);
         let before = AtomicUsize::new(0);
-        pool.run_phased(&|_, n, barrier| {
+        pool.run_phased(|_, n, barrier| {
             before.fetch_add(1, Ordering::Relaxed);
             barrier.wait();
             assert_eq!(before.load(Ordering::Relaxed), n, "past the barrier early");
@@ -51,7 +51,7 @@ fn a_participant_asleep_at_a_barrier_another_left_is_released() {
     model(|| {
         let pool = Pool::with_spin(1, 0);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pool.run_phased(&|idx, n, barrier| {
+            pool.run_phased(|idx, n, barrier| {
                 if idx == n - 1 {
                     barrier.wait();
                 }

@@ -13,7 +13,7 @@ use pool_core::Pool;
 fn grains(pool: &Pool) {
     let cursor = AtomicUsize::new(0);
     let done = [AtomicUsize::new(0), AtomicUsize::new(0)];
-    pool.run_optional_workers(1, &|_, _| loop {
+    pool.run_optional_workers(1, |_, _| loop {
         let grain = cursor.fetch_add(1, Ordering::Relaxed);
         if grain >= done.len() {
             break;
@@ -37,7 +37,7 @@ fn an_invitation_nobody_took_is_withdrawn_and_every_grain_runs_once() {
         grains(&pool);
         // A plain job after withdrawals still reaches the worker.
         let entries = AtomicUsize::new(0);
-        pool.run(&|_, _| {
+        pool.run(|_, _| {
             entries.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(entries.load(Ordering::Relaxed), 2);

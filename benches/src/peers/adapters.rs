@@ -114,7 +114,7 @@ impl Peer for PoolPeer {
         self.0.run(f);
     }
     fn barriers(&mut self, barriers: usize, f: &ShareFn<'_>) {
-        self.0.run_phased(&|idx, n, barrier| {
+        self.0.run_phased(|idx, n, barrier| {
             for _ in 0..barriers {
                 f(idx, n);
                 barrier.wait();

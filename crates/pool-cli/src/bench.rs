@@ -318,13 +318,13 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
     let ping_pong = ns_per_call(samples, iters, || ping.round_trip());
     drop(ping);
     let spin = SpinPool::new();
-    let spin_reference = ns_per_call(samples, iters, || spin.run(&|_, _| {}));
+    let spin_reference = ns_per_call(samples, iters, || spin.run(|_, _| {}));
     drop(spin);
     let pool = Pool::new(workers);
-    let pool_hot = ns_per_call(samples, iters, || pool.run(&|_, _| {}));
+    let pool_hot = ns_per_call(samples, iters, || pool.run(|_, _| {}));
     let oversubscribed_workers = cpus * 4;
     let over = Pool::new(oversubscribed_workers);
-    let pool_oversubscribed = ns_per_call(samples, iters / 10, || over.run(&|_, _| {}));
+    let pool_oversubscribed = ns_per_call(samples, iters / 10, || over.run(|_, _| {}));
     drop(over);
     let rayon = rayon::ThreadPoolBuilder::new()
         .num_threads(participants)
@@ -347,7 +347,7 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
     });
     let gap = Duration::from_millis(if quick { 5 } else { 20 });
     let gap_samples = if quick { 9 } else { 21 };
-    let pool_after_idle_gap = after_gap(gap_samples, gap, || pool.run(&|_, _| {}));
+    let pool_after_idle_gap = after_gap(gap_samples, gap, || pool.run(|_, _| {}));
     let rayon_after_idle_gap = after_gap(gap_samples, gap, || {
         rayon.broadcast(|_| {});
     });

@@ -41,6 +41,8 @@ pub struct PoolBuilder {
     /// Built by `global()`/`init_global`: its start hooks may not wait for
     /// the global pool (`global.rs`).
     for_global: bool,
+    /// `participants(0)` was asked for: an error at `build`.
+    zero_width: bool,
     #[cfg(loom)]
     seeded_bug: Option<crate::seeded::SeededBug>,
 }
@@ -88,6 +90,7 @@ impl PoolBuilder {
             contexts: Vec::new(),
             priority: WorkerPriority::platform_default(),
             for_global: false,
+            zero_width: false,
             #[cfg(loom)]
             seeded_bug: None,
         }
@@ -96,6 +99,25 @@ impl PoolBuilder {
     /// Worker threads to spawn; the caller makes `workers + 1` participants.
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = workers;
+        self.zero_width = false;
+        self
+    }
+
+    /// The pool's width in participants, the calling thread included:
+    /// `participants(n)` spawns `n - 1` workers. The unit of
+    /// `FERROX_CPU_THREADS`, `pool --threads` and rayon's `num_threads`:
+    /// code ported from `num_threads(8)` wants `participants(8)`.
+    /// `participants(0)` makes `build` fail (a pool always has the caller).
+    ///
+    /// ```
+    /// let pool = pool_core::Pool::builder().participants(3).build()?;
+    /// assert_eq!((pool.participants(), pool.n_workers()), (3, 2));
+    /// assert!(pool_core::Pool::builder().participants(0).build().is_err());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn participants(mut self, participants: usize) -> Self {
+        self.workers = participants.saturating_sub(1);
+        self.zero_width = participants == 0;
         self
     }
 
@@ -220,6 +242,12 @@ impl PoolBuilder {
     /// Spawns the workers and returns once all of them are running (their
     /// kernel thread ids recorded, pins applied, start hooks returned).
     pub fn build(self) -> io::Result<Pool> {
+        if self.zero_width {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "participants(0): a pool has at least one participant, the calling thread",
+            ));
+        }
         if let Some(cpus) = &self.worker_cpus {
             if cpus.len() != self.workers {
                 return Err(io::Error::new(

@@ -17,7 +17,7 @@
 //!
 //! let pool = Pool::builder().workers(1).context(ThreadLocalContext::new(&DEVICE)).build().unwrap();
 //! DEVICE.with(|d| d.set(1));
-//! pool.run(&|_, _| assert_eq!(DEVICE.with(Cell::get), 1));
+//! pool.run(|_, _| assert_eq!(DEVICE.with(Cell::get), 1));
 //! ```
 
 use std::any::Any;

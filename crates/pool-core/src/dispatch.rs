@@ -99,7 +99,7 @@ static DISPATCHES: process::AtomicU64 = process::AtomicU64::new(0);
 /// ```
 /// let before = pool_core::dispatch_count();
 /// let pool = pool_core::Pool::with_spin(1, 0);
-/// pool.run(&|_, _| {});
+/// pool.run(|_, _| {});
 /// assert!(pool_core::dispatch_count() > before);
 /// ```
 pub fn dispatch_count() -> u64 {

@@ -83,7 +83,7 @@ fn refuse_inside_global_start_hook(what: &str) {
 /// # #[cfg(not(miri))] { // the global pool is never dropped: Miri calls it a leak
 /// let pool = pool_core::global();
 /// let entries = std::sync::atomic::AtomicUsize::new(0);
-/// pool.run(&|_, _| {
+/// pool.run(|_, _| {
 ///     entries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 /// });
 /// assert!(entries.into_inner() >= 1);

@@ -11,7 +11,7 @@
 //! let pool = pool_core::Pool::new(1);
 //! let mut out = [0u64; 2];
 //! let cells: Vec<_> = out.iter_mut().map(std::sync::Mutex::new).collect();
-//! pool.run(&|idx, _n| **cells[idx].lock().unwrap() = idx as u64 + 10);
+//! pool.run(|idx, _n| **cells[idx].lock().unwrap() = idx as u64 + 10);
 //! drop(cells);
 //! assert_eq!(out, [10, 11]);
 //! ```
@@ -60,7 +60,7 @@ pub use env::{
 };
 pub use global::{all_worker_tids, global, init_global};
 pub use load::foreign_cpus;
-pub use phased::JobBarrier;
+pub use phased::{JobBarrier, PhaseOutput};
 pub use policy::{spin_iteration_ns, SpinPolicy, DEFAULT_LINGER, MIN_ADAPTIVE_SPIN};
 pub use pool::Pool;
 pub use priority::{current_qos_name, QosClass, SchedPolicy};

@@ -60,6 +60,7 @@ use crate::dispatch::{drop_payload, OVERSUBSCRIBED_SPINS_BEFORE_YIELD};
 use crate::pool::Pool;
 use crate::seeded::SeededBug;
 use crate::sleep::{self, Sleepers};
+use crate::sync::process::{self, UnsafeSliceCell};
 use crate::sync::{
     lock, spin_loop, thread, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, SPIN_SCALE_SHIFT,
 };
@@ -104,6 +105,7 @@ struct PhaseState {
 /// times; see `run_phased` for what happens when they do not.
 pub struct JobBarrier<'a> {
     state: &'a PhaseState,
+    idx: usize,
     n: usize,
     passed: usize,
 }
@@ -130,6 +132,154 @@ impl JobBarrier<'_> {
     /// The barriers this participant has passed so far.
     pub fn passed(&self) -> usize {
         self.passed
+    }
+
+    /// This participant's index and the job's participant count.
+    pub fn participant(&self) -> (usize, usize) {
+        (self.idx, self.n)
+    }
+
+    /// The job this barrier belongs to, as an address (for `PhaseOutput`).
+    fn job(&self) -> usize {
+        self.state as *const PhaseState as usize
+    }
+}
+
+/// A phase's output in a [`Pool::run_phased`] job: each participant writes
+/// its own part in one phase, and every participant reads all of it in the
+/// next, with no `unsafe`, atomics or locks in the job's code.
+///
+/// Phases alternate: with an even number of barriers passed
+/// ([`JobBarrier::passed`]) a participant may [`write`](PhaseOutput::write)
+/// its part (elements `len * idx / n .. len * (idx + 1) / n`); with an
+/// odd number, [`read`](PhaseOutput::read) the whole. A barrier completes
+/// only when every participant reached it, so no read ever overlaps a
+/// write: a call in the wrong parity panics, as does using one output in
+/// two jobs at once. Both calls borrow the barrier mutably, so no
+/// `wait` can happen inside them.
+///
+/// ```
+/// use pool_core::{PhaseOutput, Pool};
+/// let pool = Pool::new(2);
+/// let squares = PhaseOutput::new(vec![0u64; 100]);
+/// let sums = PhaseOutput::new(vec![0u64; 3]);
+/// pool.run_phased(|_, _, barrier| {
+///     squares.write(barrier, |start, part| {
+///         for (i, v) in part.iter_mut().enumerate() {
+///             *v = ((start + i) * (start + i)) as u64;
+///         }
+///     });
+///     barrier.wait(); // every square is written
+///     let total: u64 = squares.read(barrier, |all| all.iter().sum());
+///     barrier.wait(); // sums are written in an even phase
+///     sums.write(barrier, |_, part| part.fill(total));
+/// });
+/// assert_eq!(squares.into_vec()[99], 99 * 99);
+/// assert!(sums.into_vec().iter().all(|&s| s == 328_350));
+/// ```
+pub struct PhaseOutput<T> {
+    values: Box<[UnsafeSliceCell<T>]>,
+    /// The job using it (`JobBarrier::job`), 0 before the first use.
+    job: process::AtomicUsize,
+}
+
+// SAFETY: participants write disjoint parts (by their distinct indices) in
+// even phases and read in odd phases; a barrier completes only when every
+// participant reached it, so no read overlaps a write and no two writes
+// overlap (the parity and job checks in `write`/`read`). Values move
+// between threads (`T: Send`) and are shared when read (`T: Sync`).
+unsafe impl<T: Send + Sync> Sync for PhaseOutput<T> {}
+
+impl<T> PhaseOutput<T> {
+    /// An output over `values` (its length fixed from here on).
+    pub fn new(values: Vec<T>) -> PhaseOutput<T> {
+        PhaseOutput {
+            values: values.into_iter().map(UnsafeSliceCell::new).collect(),
+            job: process::AtomicUsize::new(0),
+        }
+    }
+
+    /// Checks `barrier` belongs to the job this output serves (the first
+    /// job that uses it), and that the phase's parity allows `access`.
+    fn check(&self, barrier: &JobBarrier<'_>, writing: bool) {
+        let job = barrier.job();
+        // Relaxed: only an identity check; the data is published by the
+        // barrier itself.
+        if let Err(other) = self.job.compare_exchange(
+            0,
+            job,
+            process::Ordering::Relaxed,
+            process::Ordering::Relaxed,
+        ) {
+            assert_eq!(other, job, "a PhaseOutput used by two jobs at once");
+        }
+        let even = barrier.passed.is_multiple_of(2);
+        assert_eq!(
+            even,
+            writing,
+            "PhaseOutput::{}: after {} barriers this phase {}",
+            if writing { "write" } else { "read" },
+            barrier.passed,
+            if even { "writes" } else { "reads" }
+        );
+    }
+
+    /// Calls `f(start, part)` with this participant's part of the output
+    /// (`part` holds elements `start..start + part.len()`).
+    ///
+    /// # Panics
+    ///
+    /// After an odd number of barriers, or for a barrier of another job.
+    pub fn write<R>(
+        &self,
+        barrier: &mut JobBarrier<'_>,
+        f: impl FnOnce(usize, &mut [T]) -> R,
+    ) -> R {
+        self.check(barrier, true);
+        let (idx, n) = barrier.participant();
+        let len = self.values.len();
+        let (start, end) = (len * idx / n, len * (idx + 1) / n);
+        let cells = &self.values[start..end];
+        // SAFETY: the type's invariants: participant `idx` alone touches
+        // `start..end` in this even phase, and nobody reads until the next
+        // barrier completes, which needs this participant. `barrier` is
+        // borrowed mutably, so `f` cannot wait meanwhile, and this
+        // participant cannot write twice at once (a second `write` inside
+        // `f` would need the barrier). The cells are contiguous
+        // `UnsafeSliceCell<T>`, laid out as `T`.
+        let part = unsafe {
+            std::slice::from_raw_parts_mut(UnsafeSliceCell::raw_get(cells.as_ptr()), cells.len())
+        };
+        f(start, part)
+    }
+
+    /// Calls `f(all)` with the whole output.
+    ///
+    /// # Panics
+    ///
+    /// After an even number of barriers, or for a barrier of another job.
+    pub fn read<R>(&self, barrier: &mut JobBarrier<'_>, f: impl FnOnce(&[T]) -> R) -> R {
+        self.check(barrier, false);
+        // SAFETY: an odd phase: no participant writes until the next
+        // barrier completes, which needs this one (invariants); `f` cannot
+        // wait meanwhile (the barrier is borrowed) nor keep the slice (its
+        // lifetime is the call's).
+        let all = unsafe {
+            std::slice::from_raw_parts(
+                UnsafeSliceCell::raw_get(self.values.as_ptr()),
+                self.values.len(),
+            )
+        };
+        f(all)
+    }
+
+    /// The values, once the job is over.
+    pub fn into_vec(self) -> Vec<T> {
+        self.values
+            .into_vec()
+            .into_iter()
+            .map(UnsafeSliceCell::into_inner)
+            .collect()
     }
 }
 
@@ -327,7 +477,7 @@ impl Pool {
     /// let pool = pool_core::Pool::new(1);
     /// let parts = [AtomicU64::new(0), AtomicU64::new(0)];
     /// let total = AtomicU64::new(0);
-    /// pool.run_phased(&|idx, n, barrier| {
+    /// pool.run_phased(|idx, n, barrier| {
     ///     parts[idx].store(idx as u64 + 1, Ordering::Relaxed);
     ///     barrier.wait(); // every part is written
     ///     if idx == n - 1 {
@@ -346,7 +496,7 @@ impl Pool {
     /// participant's own panic (the caller's first, as `run`), or with a
     /// message naming the fewest and most barriers passed. Inline and
     /// nested runs have one participant, whose `wait` returns at once.
-    pub fn run_phased(&self, f: &(dyn Fn(usize, usize, &mut JobBarrier<'_>) + Sync)) {
+    pub fn run_phased(&self, f: impl Fn(usize, usize, &mut JobBarrier<'_>) + Sync) {
         let shared = &self.shared;
         let yield_after = if shared.jobs_oversubscribed() || shared.crowded() {
             OVERSUBSCRIBED_SPINS_BEFORE_YIELD
@@ -359,9 +509,10 @@ impl Pool {
             shared.has_bug(SeededBug::BarrierArrivalRelaxed),
             shared.has_bug(SeededBug::MissingDepartureFence),
         );
-        self.run(&|idx, n| {
+        self.run(|idx, n| {
             let mut barrier = JobBarrier {
                 state: &state,
+                idx,
                 n,
                 passed: 0,
             };

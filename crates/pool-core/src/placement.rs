@@ -8,6 +8,40 @@ use crate::builder::PoolBuilder;
 use crate::pool::Pool;
 
 impl Pool {
+    /// The pool for this machine: the one way to get a pool sized and
+    /// placed from the topology, whatever the machine. Width from
+    /// `FERROX_CPU_THREADS`, `RAYON_NUM_THREADS`, else the physical
+    /// performance cores (in participants, the caller included), workers
+    /// pinned per the plan. Never fails and never panics: a refused pin is
+    /// logged and the pool built unpinned; workers that cannot be spawned
+    /// are logged and the pool runs every job on the caller; a width of 1
+    /// is a caller-only pool. Every kernel takes it as `&pool`.
+    ///
+    /// ```
+    /// let pool = pool_core::Pool::for_this_machine();
+    /// pool.run(|idx, n| assert!(idx < n));
+    /// ```
+    ///
+    /// The other ways are for what they say: [`Pool::from_env`] when one
+    /// core should mean "no pool" (`None`), [`PoolBuilder::from_env`] to
+    /// add settings or see the error, [`Pool::builder`] for an explicit
+    /// width, `global()` for the process-wide one.
+    pub fn for_this_machine() -> Pool {
+        PoolBuilder::from_env()
+            .build()
+            .or_else(|err| {
+                tracing::warn!(%err, "pool-core: pinning refused; building the pool unpinned");
+                PoolBuilder::from_env().unpinned().build()
+            })
+            .unwrap_or_else(|err| {
+                tracing::error!(%err, "pool-core: no workers could start; running jobs on the caller");
+                Pool::builder()
+                    .workers(0)
+                    .build()
+                    .expect("a caller-only pool spawns nothing")
+            })
+    }
+
     /// The decode pool for this machine: width from
     /// [`pool_topo::resolve_cpu_threads`] (`FERROX_CPU_THREADS`,
     /// `RAYON_NUM_THREADS`, else physical performance cores), workers pinned

@@ -19,7 +19,7 @@ use crate::sync::{fence, Arc, JoinHandle, Ordering, Thread};
 /// use std::sync::atomic::{AtomicUsize, Ordering};
 /// let pool = pool_core::Pool::new(2);
 /// let (calls, width) = (AtomicUsize::new(0), AtomicUsize::new(0));
-/// pool.run(&|idx, n| {
+/// pool.run(|idx, n| {
 ///     assert!(idx < n);
 ///     calls.fetch_add(1, Ordering::Relaxed);
 ///     width.store(n, Ordering::Relaxed);
@@ -59,7 +59,9 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// A pool of `workers` threads (plus the caller), spin policy from
+    /// A pool of `workers` worker threads (plus the caller: `workers + 1`
+    /// participants; [`PoolBuilder::participants`] counts the caller in),
+    /// spin policy from
     /// `CMF_POOL_SPIN`: a fixed budget when set, else the adaptive policy
     /// (an invalid value is warned about and the adaptive policy used).
     ///
@@ -100,19 +102,46 @@ impl Pool {
         self.threads.len()
     }
 
-    /// Runs `f(idx, n)` for every `idx` in `0..n`, `n = n_workers() + 1`;
-    /// the calling thread is `idx = n - 1`.
+    /// Participants of a full job: the workers and the calling thread.
+    /// The unit `FERROX_CPU_THREADS`, `--threads` and
+    /// [`PoolBuilder::participants`] count in (rayon's `num_threads`).
     #[inline]
-    pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
-        self.shared.run(&self.threads, self.threads.len(), f);
+    pub fn participants(&self) -> usize {
+        self.threads.len() + 1
+    }
+
+    /// Runs `f(idx, n)` for every `idx` in `0..n`; the calling thread is
+    /// `idx = n - 1`. What `n` is:
+    /// - under a fixed spin budget, `participants()` (`n_workers() + 1`),
+    ///   unless the call runs inline;
+    /// - under the adaptive policy (the default), at most that: the job
+    ///   invites at most one worker per CPU besides the caller's, fewer
+    ///   when other processes keep CPUs busy, and none when this
+    ///   process's own callers already fill its CPUs;
+    /// - 1 (inline, `f(0, 1)`) when nested in a job of this pool, when
+    ///   nested in another pool's job and this pool's turn is taken, in a
+    ///   forked child, and from a thread-local destructor late in a
+    ///   thread's exit.
+    ///
+    /// So split work by the `n` you are given, and expect results that
+    /// depend on `n` (a float sum of per-participant parts) to change
+    /// with it: for the same bits on every call, split by the data
+    /// instead (`pool_matvec::map_reduce`).
+    ///
+    /// The closure may be passed by value or by reference (`|..| ..` or
+    /// `&|..| ..`); it is never boxed.
+    #[inline]
+    pub fn run(&self, f: impl Fn(usize, usize) + Sync) {
+        self.shared.run(&self.threads, self.threads.len(), &f);
     }
 
     /// Runs `f(idx, n)` on workers `0..k` and the caller only,
-    /// `k = min(max_workers, n_workers())`, `n = k + 1`. The other workers
-    /// neither run nor wait: a job with few grains wakes only what it needs.
+    /// `k = min(max_workers, n_workers())`, `n` at most `k + 1` (as
+    /// [`Pool::run`] decides it). The other workers neither run nor wait:
+    /// a job with few grains wakes only what it needs.
     #[inline]
-    pub fn run_limited(&self, max_workers: usize, f: &(dyn Fn(usize, usize) + Sync)) {
-        self.shared.run(&self.threads, max_workers, f);
+    pub fn run_limited(&self, max_workers: usize, f: impl Fn(usize, usize) + Sync) {
+        self.shared.run(&self.threads, max_workers, &f);
     }
 
     /// Runs `f(idx, n)` on the caller (`idx = n - 1`) and on those of
@@ -131,7 +160,7 @@ impl Pool {
     /// use std::sync::atomic::{AtomicUsize, Ordering};
     /// let pool = pool_core::Pool::new(2);
     /// let (cursor, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
-    /// pool.run_optional_workers(2, &|_, _| {
+    /// pool.run_optional_workers(2, |_, _| {
     ///     // Pull grains until none is left: whoever runs does the work.
     ///     while cursor.fetch_add(1, Ordering::Relaxed) < 100 {
     ///         done.fetch_add(1, Ordering::Relaxed);
@@ -140,8 +169,8 @@ impl Pool {
     /// assert_eq!(done.into_inner(), 100);
     /// ```
     #[inline]
-    pub fn run_optional_workers(&self, max_workers: usize, f: &(dyn Fn(usize, usize) + Sync)) {
-        self.shared.run_optional(&self.threads, max_workers, f);
+    pub fn run_optional_workers(&self, max_workers: usize, f: impl Fn(usize, usize) + Sync) {
+        self.shared.run_optional(&self.threads, max_workers, &f);
     }
 
     /// The current spin budget: spins before an idle worker parks (for

@@ -47,9 +47,12 @@ impl Pool {
     /// `fold(fold(map(0, n), map(1, n)), map(2, n))`, and so on to
     /// `map(n - 1, n)` (the caller's). The order never depends on timing,
     /// so the result is the same for the same participant count; an
-    /// inline run (`n == 1`) returns `map(0, 1)` unfolded. A participant's
-    /// panic reaches the caller as from `run`, after every participant
-    /// finished; values already made are dropped.
+    /// inline run (`n == 1`) returns `map(0, 1)` unfolded. `n` is what
+    /// [`Pool::run`] says it is: under the adaptive policy it can differ
+    /// from call to call, and a float result with it; for the same bits on
+    /// every call use `pool_matvec::map_reduce`, whose chunks depend on the
+    /// data alone. A participant's panic reaches the caller as from `run`,
+    /// after every participant finished; values already made are dropped.
     ///
     /// No allocation for up to [`STACK_SLOTS`] participants.
     ///
@@ -67,16 +70,16 @@ impl Pool {
     /// ```
     pub fn reduce<T: Send>(
         &self,
-        map: &(dyn Fn(usize, usize) -> T + Sync),
+        map: impl Fn(usize, usize) -> T + Sync,
         fold: impl FnMut(T, T) -> T,
     ) -> T {
         let participants = self.n_workers() + 1;
         if participants <= STACK_SLOTS {
             let slots: [Slot<T>; STACK_SLOTS] = std::array::from_fn(|_| Slot::empty());
-            self.reduce_in(&slots[..participants], map, fold)
+            self.reduce_in(&slots[..participants], &map, fold)
         } else {
             let slots: Vec<Slot<T>> = (0..participants).map(|_| Slot::empty()).collect();
-            self.reduce_in(&slots, map, fold)
+            self.reduce_in(&slots, &map, fold)
         }
     }
 
@@ -87,7 +90,7 @@ impl Pool {
         map: &(dyn Fn(usize, usize) -> T + Sync),
         mut fold: impl FnMut(T, T) -> T,
     ) -> T {
-        self.run(&|idx, n| {
+        self.run(|idx, n| {
             let value = map(idx, n);
             // SAFETY: `idx` is this participant's alone in this job (see
             // `Slot`'s `Sync`), and nothing reads the slot before `run`

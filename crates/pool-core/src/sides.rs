@@ -213,7 +213,7 @@ impl Pool {
         &self,
         near_items: usize,
         far_items: usize,
-        f: &(dyn Fn(Side, usize, usize) + Sync),
+        f: impl Fn(Side, usize, usize) + Sync,
     ) {
         let near_cursor = process::AtomicUsize::new(0);
         let far_cursor = process::AtomicUsize::new(0);
@@ -232,7 +232,7 @@ impl Pool {
             .shared
             .has_bug(SeededBug::FarCountOutsideJob)
             .then(|| self.shared.far_workers.load(process::Ordering::Relaxed));
-        self.run(&|idx, n| {
+        self.run(|idx, n| {
             // Decided inside the job, from this job's participants: the
             // flags cannot change while it runs (module invariants).
             let far_threads = if let Some(count) = seeded_far_count {

@@ -79,7 +79,7 @@ impl CallerCounters {
 /// ```
 /// let pool = pool_core::Pool::with_spin(1, 1 << 20);
 /// for _ in 0..10 {
-///     pool.run(&|_, _| {});
+///     pool.run(|_, _| {});
 /// }
 /// let stats = pool.stats();
 /// assert_eq!(stats.dispatches_full, 10);

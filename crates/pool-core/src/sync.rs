@@ -65,6 +65,9 @@ pub(crate) use imp::*;
 /// hold a `dyn`). None of them is part of the protocol's correctness: they
 /// decide how long to spin, or hold a pool, never whether a job is seen.
 pub(crate) mod process {
+    /// Cells handed out as slices (`PhaseOutput`): loom's cells give one
+    /// element at a time. Ordered by the barrier, which loom does model.
+    pub(crate) use std::cell::UnsafeCell as UnsafeSliceCell;
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::sync::{Arc, TryLockError};
     #[cfg_attr(loom, allow(unused_imports))]

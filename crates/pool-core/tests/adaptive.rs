@@ -55,12 +55,12 @@ fn a_dense_stream_runs_every_job_and_counts_each_pickup_once() {
     watched("dense", |_| {
         let _turn = one_at_a_time();
         let pool = adaptive(1, Duration::from_millis(2));
-        pool.run(&|_, _| {});
+        pool.run(|_, _| {});
         let before = pool.stats();
         let mut handed = 0u64;
         for _ in 0..500 {
             let width = std::sync::atomic::AtomicUsize::new(0);
-            pool.run(&|idx, n| {
+            pool.run(|idx, n| {
                 if idx == n - 1 {
                     width.store(n, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -92,7 +92,7 @@ fn the_linger_parks_every_worker_once_the_stream_stops() {
             stage.set(format!("{workers} workers"));
             let pool = adaptive(workers, Duration::from_millis(2));
             for _ in 0..300 {
-                pool.run(&|_, _| {});
+                pool.run(|_, _| {});
             }
             std::thread::sleep(Duration::from_millis(100));
             let s = pool.stats();
@@ -124,12 +124,12 @@ fn a_sparse_stream_teaches_workers_to_park_almost_at_once() {
         let linger_spins = pool.spin_budget() as u64;
         // Gaps longer than the linger: idleness, not work.
         for _ in 0..4 {
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
             std::thread::sleep(Duration::from_millis(40));
         }
         let before = pool.stats();
         for _ in 0..4 {
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
             std::thread::sleep(Duration::from_millis(40));
         }
         let s = pool.stats().since(&before);
@@ -169,7 +169,7 @@ fn a_barrier_wait_far_longer_than_the_callers_share_marks_foreign_load() {
                 return;
             }
             let width = std::sync::atomic::AtomicUsize::new(0);
-            pool.run(&|idx, n| {
+            pool.run(|idx, n| {
                 width.store(n, std::sync::atomic::Ordering::Relaxed);
                 if idx == 0 {
                     std::thread::sleep(Duration::from_millis(5));
@@ -184,7 +184,7 @@ fn a_barrier_wait_far_longer_than_the_callers_share_marks_foreign_load() {
         // Balanced 2 ms shares clear the mark (a loaded CI machine may
         // deschedule a participant for a while: allow a few tries).
         let cleared = (0..20).any(|_| {
-            pool.run(&|_, _| busy(Duration::from_millis(2)));
+            pool.run(|_, _| busy(Duration::from_millis(2)));
             !pool.is_contended()
         });
         assert!(cleared, "balanced shares clear the mark");
@@ -209,7 +209,7 @@ fn fixed_budgets_and_the_adaptive_policy_switch_at_run_time() {
         pool.set_spin_budget(0);
         assert_eq!(pool.spin_policy(), SpinPolicy::Fixed(0));
         for _ in 0..20 {
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
         }
         assert_eq!(pool.stats().worker_jobs(), 40, "fixed budgets invite all");
         pool.set_spin_policy(SpinPolicy::adaptive());
@@ -218,7 +218,7 @@ fn fixed_budgets_and_the_adaptive_policy_switch_at_run_time() {
         let mut handed = 0;
         for _ in 0..20 {
             let width = std::sync::atomic::AtomicUsize::new(0);
-            pool.run(&|_, n| width.store(n, std::sync::atomic::Ordering::Relaxed));
+            pool.run(|_, n| width.store(n, std::sync::atomic::Ordering::Relaxed));
             handed += width.into_inner() - 1;
         }
         assert_eq!(pool.stats().worker_jobs(), 40 + handed as u64);

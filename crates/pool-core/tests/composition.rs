@@ -11,7 +11,7 @@ use testkit::watched;
 
 /// Participant entries a job on `pool` makes, counted into `count`.
 fn count_into(pool: &Pool, count: &AtomicUsize) {
-    pool.run(&|_, _| {
+    pool.run(|_, _| {
         count.fetch_add(1, Ordering::Relaxed);
     });
 }
@@ -23,9 +23,9 @@ fn a_job_of_pool_a_calling_pool_b_whose_job_calls_a_completes_on_one_thread() {
         let b = Pool::with_spin(1, 1000);
         let inner = AtomicUsize::new(0);
         // Only the caller's share nests, so the whole chain is on one thread.
-        a.run(&|idx, n| {
+        a.run(|idx, n| {
             if idx == n - 1 {
-                b.run(&|idx, n| {
+                b.run(|idx, n| {
                     if idx == n - 1 {
                         count_into(&a, &inner);
                     }
@@ -47,8 +47,8 @@ fn pools_calling_each_other_from_their_workers_never_deadlock() {
             let innermost = AtomicUsize::new(0);
             // A's worker calls B; B's worker calls A while A's caller waits
             // for A's worker: every participant nests.
-            a.run(&|_, _| {
-                b.run(&|_, _| count_into(&a, &innermost));
+            a.run(|_, _| {
+                b.run(|_, _| count_into(&a, &innermost));
             });
             // Every call either got workers or ran inline: 1 or 2 B
             // participants per A participant (at least one B call gets the
@@ -70,7 +70,7 @@ fn two_threads_each_nesting_through_two_pools_in_opposite_orders_complete() {
             let total = total.clone();
             std::thread::spawn(move || {
                 for _ in 0..rounds {
-                    outer.run(&|_, _| count_into(&inner, &total));
+                    outer.run(|_, _| count_into(&inner, &total));
                 }
             })
         };
@@ -175,7 +175,7 @@ fn a_captured_context_is_dropped_before_run_returns() {
             .context(DropFlag(dropped.clone()))
             .build()
             .unwrap();
-        pool.run(&|_, _| {});
+        pool.run(|_, _| {});
         assert!(
             dropped.load(Ordering::SeqCst),
             "the captured value outlived its job"
@@ -227,7 +227,7 @@ fn when_the_kth_enter_panics_the_contexts_already_entered_are_restored() {
             .context(PanicsOnEnter)
             .build()
             .unwrap();
-        let result = catch_unwind(AssertUnwindSafe(|| pool.run(&|_, _| {})));
+        let result = catch_unwind(AssertUnwindSafe(|| pool.run(|_, _| {})));
         assert!(result.is_err(), "the enter panic reaches the caller");
         assert_eq!(
             open.load(Ordering::SeqCst),
@@ -262,7 +262,7 @@ fn a_panic_payload_that_panics_when_dropped_never_hangs_the_pool() {
             // Every participant panics with an exploding payload: all but
             // one are surplus and dropped by the pool.
             let result = catch_unwind(AssertUnwindSafe(|| {
-                pool.run(&|_, _| std::panic::panic_any(ExplodingPayload));
+                pool.run(|_, _| std::panic::panic_any(ExplodingPayload));
             }));
             let payload: Box<dyn Any + Send> = result.unwrap_err();
             assert!(payload.is::<ExplodingPayload>());

@@ -75,7 +75,7 @@ fn pinned_workers_run_on_their_cpu() {
             .build()
             .unwrap();
         let seen = AtomicUsize::new(usize::MAX);
-        pool.run_limited(1, &|idx, _| {
+        pool.run_limited(1, |idx, _| {
             if idx == 0 {
                 // SAFETY: sched_getcpu has no preconditions.
                 let now = unsafe { libc::sched_getcpu() };

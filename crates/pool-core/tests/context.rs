@@ -28,7 +28,7 @@ fn pool_with_contexts(workers: usize) -> Pool {
 /// The values every participant saw during one `run`.
 fn seen_by_participants(pool: &Pool) -> Vec<(u32, bool)> {
     let seen = Mutex::new(Vec::new());
-    pool.run(&|_, _| {
+    pool.run(|_, _| {
         seen.lock()
             .unwrap()
             .push((DEVICE.with(Cell::get), EXACT.with(Cell::get)));
@@ -93,7 +93,7 @@ fn workers_get_their_own_values_back_after_each_job() {
     watched("context_restore", |_| {
         let (pool, after_restore) = recording_pool(2);
         DEVICE.with(|d| d.set(7));
-        pool.run(&|_, _| assert_eq!(DEVICE.with(Cell::get), 7));
+        pool.run(|_, _| assert_eq!(DEVICE.with(Cell::get), 7));
         let mut restored = after_restore.lock().unwrap().clone();
         restored.sort_unstable();
         assert_eq!(restored, vec![100, 101], "each worker's own value is back");
@@ -106,7 +106,7 @@ fn a_panicking_job_still_restores_the_workers_values() {
         let (pool, after_restore) = recording_pool(1);
         DEVICE.with(|d| d.set(5));
         let result = catch_unwind(AssertUnwindSafe(|| {
-            pool.run(&|idx, _| {
+            pool.run(|idx, _| {
                 if idx == 0 {
                     assert_eq!(DEVICE.with(Cell::get), 5);
                     panic!("job fails");
@@ -122,7 +122,7 @@ fn a_panicking_job_still_restores_the_workers_values() {
         // And the next job carries the caller's new value.
         DEVICE.with(|d| d.set(9));
         let observed = AtomicUsize::new(0);
-        pool.run(&|idx, _| {
+        pool.run(|idx, _| {
             if idx == 0 {
                 observed.store(DEVICE.with(Cell::get) as usize, Ordering::Relaxed);
             }
@@ -141,10 +141,10 @@ fn concurrent_and_nested_callers_carry_their_own_contexts() {
                 std::thread::spawn(move || {
                     DEVICE.with(|d| d.set(device));
                     for _ in 0..if cfg!(miri) { 20 } else { 200 } {
-                        pool.run(&|_, _| {
+                        pool.run(|_, _| {
                             assert_eq!(DEVICE.with(Cell::get), device, "another caller's device");
                             // Nested: runs inline, same thread, same value.
-                            pool.run(&|_, _| assert_eq!(DEVICE.with(Cell::get), device));
+                            pool.run(|_, _| assert_eq!(DEVICE.with(Cell::get), device));
                         });
                     }
                 })
@@ -203,7 +203,7 @@ fn worker_events_nest_under_the_callers_span_with_trace_spans() {
             .unwrap();
         let span = tracing::info_span!("request", id = 7);
         let _guard = span.enter();
-        pool.run(&|idx, _| tracing::info!(idx, "participant"));
+        pool.run(|idx, _| tracing::info!(idx, "participant"));
     });
     assert_eq!(events.load(Ordering::Relaxed), 3);
     assert!(

@@ -22,7 +22,7 @@ fn assert_each_index_once(pool: &Pool, jobs: usize, pause: Option<Duration>) {
     let n = pool.n_workers() + 1;
     let counts: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
     for job in 0..jobs {
-        pool.run(&|idx, participants| {
+        pool.run(|idx, participants| {
             assert_eq!(participants, n, "job {job}: wrong participant count");
             counts[idx].fetch_add(1, Ordering::Relaxed);
         });
@@ -79,7 +79,7 @@ fn a_caller_only_pool_runs_the_job_inline_as_participant_zero_of_one() {
     let pool = Pool::new(0);
     let caller = std::thread::current().id();
     let calls = AtomicUsize::new(0);
-    pool.run(&|idx, n| {
+    pool.run(|idx, n| {
         assert_eq!((idx, n), (0, 1));
         assert_eq!(std::thread::current().id(), caller);
         calls.fetch_add(1, Ordering::Relaxed);
@@ -103,7 +103,7 @@ fn limited_jobs_run_on_exactly_workers_zero_to_k_and_the_caller() {
             stage.set(format!("run_limited({k})"));
             let expected = k.min(workers) + 1;
             let seen: Mutex<Vec<(usize, Option<String>, bool)>> = Mutex::new(Vec::new());
-            pool.run_limited(k, &|idx, n| {
+            pool.run_limited(k, |idx, n| {
                 assert_eq!(n, expected, "k = {k}");
                 let me = std::thread::current();
                 seen.lock()
@@ -144,12 +144,12 @@ fn straggler_workload_runs_each_job_exactly_its_participant_count() {
             }
             let before = entries.load(Ordering::Relaxed);
             let expected = if job % 2 == 0 {
-                pool.run_limited(1, &|_, _| {
+                pool.run_limited(1, |_, _| {
                     entries.fetch_add(1, Ordering::Relaxed);
                 });
                 2
             } else {
-                pool.run(&|_, _| {
+                pool.run(|_, _| {
                     entries.fetch_add(1, Ordering::Relaxed);
                 });
                 workers + 1
@@ -178,12 +178,12 @@ fn four_threads_hammering_one_pool_take_turns_and_lose_nothing() {
                     for job in 0..jobs {
                         let mine = AtomicUsize::new(0);
                         if (job + caller) % 3 == 0 {
-                            pool.run_limited(1, &|_, _| {
+                            pool.run_limited(1, |_, _| {
                                 mine.fetch_add(1, Ordering::Relaxed);
                             });
                             assert_eq!(mine.load(Ordering::Relaxed), 2);
                         } else {
-                            pool.run(&|_, _| {
+                            pool.run(|_, _| {
                                 mine.fetch_add(1, Ordering::Relaxed);
                             });
                             assert_eq!(mine.load(Ordering::Relaxed), 3);
@@ -212,14 +212,14 @@ fn a_job_calling_its_own_pool_runs_the_inner_job_inline() {
     watched("nested", |_| {
         let pool = Pool::with_spin(2, 1000);
         let inner_calls = AtomicUsize::new(0);
-        pool.run(&|_, _| {
+        pool.run(|_, _| {
             let here = std::thread::current().id();
-            pool.run(&|idx, n| {
+            pool.run(|idx, n| {
                 assert_eq!((idx, n), (0, 1));
                 assert_eq!(std::thread::current().id(), here);
                 inner_calls.fetch_add(1, Ordering::Relaxed);
             });
-            pool.run_limited(1, &|idx, n| {
+            pool.run_limited(1, |idx, n| {
                 assert_eq!((idx, n), (0, 1));
                 inner_calls.fetch_add(1, Ordering::Relaxed);
             });
@@ -236,8 +236,8 @@ fn a_job_may_use_a_second_pool_from_inside_the_first() {
         let outer = Pool::with_spin(1, 1000);
         let inner = Pool::with_spin(1, 1000);
         let calls = AtomicUsize::new(0);
-        outer.run_limited(0, &|_, _| {
-            inner.run(&|_, n| {
+        outer.run_limited(0, |_, _| {
+            inner.run(|_, n| {
                 assert_eq!(n, 2);
                 calls.fetch_add(1, Ordering::Relaxed);
             });
@@ -280,12 +280,12 @@ fn dropping_a_pool_right_after_construction_or_while_parked_does_not_hang() {
         }
         stage.set("drop while parked");
         let pool = Pool::with_spin(3, 0);
-        pool.run(&|_, _| {});
+        pool.run(|_, _| {});
         std::thread::sleep(Duration::from_millis(20));
         drop(pool);
         stage.set("drop while spinning");
         let pool = Pool::with_spin(3, usize::MAX);
-        pool.run(&|_, _| {});
+        pool.run(|_, _| {});
         drop(pool);
     });
 }
@@ -344,12 +344,12 @@ fn dispatch_count_counts_jobs_handed_to_workers_but_not_inline_runs() {
         let pool = Pool::with_spin(1, 100);
         let before = pool_core::dispatch_count();
         for _ in 0..10 {
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
         }
         // Other tests dispatch concurrently: at least our 10.
         assert!(pool_core::dispatch_count() - before >= 10);
         let caller_only = Pool::new(0);
-        caller_only.run(&|_, _| {});
+        caller_only.run(|_, _| {});
     });
 }
 
@@ -361,7 +361,7 @@ fn run_sees_the_callers_writes_and_the_caller_sees_every_participants_writes() {
         for round in 1..=scaled(500) as u64 {
             data.iter_mut().for_each(|v| *v = round);
             let cells: Vec<Mutex<&mut u64>> = data.iter_mut().map(Mutex::new).collect();
-            pool.run(&|idx, _| {
+            pool.run(|idx, _| {
                 let mut cell = cells[idx].lock().unwrap();
                 assert_eq!(**cell, round);
                 **cell = round * 10 + idx as u64;

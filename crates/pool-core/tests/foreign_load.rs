@@ -21,7 +21,7 @@ fn a_busy_process_shows_up_as_foreign_cpus() {
         let start = Instant::now();
         let mut seen: f64 = 0.0;
         while start.elapsed() < Duration::from_millis(1500) {
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
             std::thread::sleep(Duration::from_millis(10));
             seen = seen.max(pool_core::foreign_cpus());
         }

@@ -44,42 +44,45 @@ fn a_forked_child_runs_jobs_on_the_calling_thread_and_drops_the_pool_cleanly() {
     watched("fork_child", |_| {
         let mut parent_pool = Some(Pool::with_spin(2, 1000));
         // The process-wide pool too, used before the fork.
-        pool_core::global().run(&|_, _| {});
+        pool_core::global().run(|_, _| {});
         let pool = parent_pool.as_ref().unwrap();
         // The parent uses the pool first, so its workers exist and spin.
         for _ in 0..100 {
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
         }
         let code = in_forked_child(Duration::from_secs(30), || {
             let pool = parent_pool.take().unwrap();
             let entries = AtomicUsize::new(0);
             let shape = std::sync::Mutex::new((usize::MAX, usize::MAX));
             for _ in 0..10 {
-                pool.run(&|idx, n| {
+                pool.run(|idx, n| {
                     entries.fetch_add(1, Ordering::Relaxed);
                     *shape.lock().unwrap() = (idx, n);
                 });
             }
             // Documented: the child runs each job inline, as f(0, 1); a
             // reduction folds that one value.
-            let folded = pool.reduce(&|idx, n| vec![(idx, n)], |mut a, b| {
-                a.extend(b);
-                a
-            });
+            let folded = pool.reduce(
+                |idx, n| vec![(idx, n)],
+                |mut a, b| {
+                    a.extend(b);
+                    a
+                },
+            );
             let ok = entries.load(Ordering::Relaxed) == 10
                 && *shape.lock().unwrap() == (0, 1)
                 && folded == [(0, 1)];
             drop(pool);
             // The global pool (the parent's) runs inline here too.
             let global_entries = AtomicUsize::new(0);
-            pool_core::global().run(&|_, n| {
+            pool_core::global().run(|_, n| {
                 global_entries.fetch_add(n, Ordering::Relaxed);
             });
             let ok = ok && global_entries.load(Ordering::Relaxed) == 1;
             // A pool built in the child is a real pool with its own workers.
             let fresh = Pool::with_spin(1, 1000);
             let fresh_entries = AtomicUsize::new(0);
-            fresh.run(&|_, _| {
+            fresh.run(|_, _| {
                 fresh_entries.fetch_add(1, Ordering::Relaxed);
             });
             let fresh_ok = fresh_entries.load(Ordering::Relaxed) == 2;
@@ -94,7 +97,7 @@ fn a_forked_child_runs_jobs_on_the_calling_thread_and_drops_the_pool_cleanly() {
         // The parent's pool is untouched.
         let pool = parent_pool.as_ref().unwrap();
         let entries = AtomicUsize::new(0);
-        pool.run(&|_, _| {
+        pool.run(|_, _| {
             entries.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(entries.load(Ordering::Relaxed), 3);
@@ -143,7 +146,7 @@ fn children_forked_while_other_threads_build_and_drop_pools_never_hang() {
                 scope.spawn(|| {
                     while !stop.load(Ordering::Relaxed) {
                         let pool = Pool::new(1);
-                        pool.run(&|_, _| {});
+                        pool.run(|_, _| {});
                         let _ = pool_core::all_worker_tids();
                         let _ = pool_core::init_global(Pool::builder().workers(0));
                         drop(pool);
@@ -155,13 +158,13 @@ fn children_forked_while_other_threads_build_and_drop_pools_never_hang() {
                 let code = in_forked_child(Duration::from_secs(20), || {
                     let pool = Pool::new(1);
                     let entries = AtomicUsize::new(0);
-                    pool.run(&|_, n| {
+                    pool.run(|_, n| {
                         entries.fetch_add(n, Ordering::Relaxed);
                     });
                     let listed = pool_core::all_worker_tids();
                     drop(pool);
                     let _ = pool_core::init_global(Pool::builder().workers(0));
-                    pool_core::global().run(&|_, _| {});
+                    pool_core::global().run(|_, _| {});
                     i32::from(entries.load(Ordering::Relaxed) == 0 || listed.len() > 1)
                 });
                 assert_eq!(code, 0, "round {round}: the child's pools misbehaved");
@@ -179,7 +182,7 @@ fn fork_inside_the_callers_share_panics_in_the_child_instead_of_hanging() {
         let pool = Pool::with_spin(1, 1000);
         let child = AtomicUsize::new(0);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pool.run(&|idx, n| {
+            pool.run(|idx, n| {
                 if idx < n - 1 {
                     // Still running when the caller forks: in the child it
                     // never finishes.
@@ -222,7 +225,7 @@ fn fork_inside_a_workers_share_ends_the_child_instead_of_leaving_it_waiting() {
     watched("fork_in_worker_share", |_| {
         let pool = Pool::with_spin(1, 1000);
         let child = std::sync::atomic::AtomicI32::new(0);
-        pool.run(&|idx, n| {
+        pool.run(|idx, n| {
             if idx < n - 1 {
                 // SAFETY: in the child this thread returns from the closure
                 // to the worker loop, which must end the child.
@@ -241,7 +244,7 @@ fn fork_inside_a_workers_share_ends_the_child_instead_of_leaving_it_waiting() {
             "the child aborts, saying why"
         );
         // The parent's pool goes on.
-        pool.run(&|_, _| {});
+        pool.run(|_, _| {});
     });
 }
 
@@ -261,8 +264,8 @@ fn a_child_forked_during_another_threads_inline_job_uses_its_own_pools_workers()
                     // A CPU count no foreign load shrinks to zero, so this
                     // dispatch claims the thread's recent-caller slot.
                     let pool = Pool::builder().workers(1).assume_cpus(64).build().unwrap();
-                    pool.run(&|_, _| {});
-                    pool.run_limited(0, &|_, _| {
+                    pool.run(|_, _| {});
+                    pool.run_limited(0, |_, _| {
                         inside.wait();
                         while !release.load(Ordering::Relaxed) {
                             std::thread::sleep(Duration::from_millis(1));
@@ -275,7 +278,7 @@ fn a_child_forked_during_another_threads_inline_job_uses_its_own_pools_workers()
                 let pool = Pool::builder().workers(1).assume_cpus(64).build().unwrap();
                 let widths = std::sync::Mutex::new(Vec::new());
                 for _ in 0..50 {
-                    pool.run(&|idx, n| {
+                    pool.run(|idx, n| {
                         if idx == n - 1 {
                             widths.lock().unwrap().push(n);
                         }

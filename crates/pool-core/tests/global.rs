@@ -45,7 +45,7 @@ fn the_global_pool_is_built_exactly_once_and_left_alone_after() {
 
         stage.set("the global pool runs jobs");
         let entries = AtomicUsize::new(0);
-        global().run(&|_, n| {
+        global().run(|_, n| {
             assert!(n >= 1);
             entries.fetch_add(1, Ordering::Relaxed);
         });

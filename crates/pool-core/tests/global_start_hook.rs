@@ -29,14 +29,14 @@ fn a_start_hook_asking_for_the_global_pool_being_built_is_an_error_not_a_deadloc
         stage.set("the global pool builds afterwards");
         let pool = global();
         let entries = std::sync::atomic::AtomicUsize::new(0);
-        pool.run(&|_, _| {
+        pool.run(|_, _| {
             entries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
         assert!(entries.into_inner() >= 1);
         stage.set("a hook of another pool may use the global pool");
         let other = Pool::builder()
             .workers(1)
-            .on_start(|_| global().run(&|_, _| {}))
+            .on_start(|_| global().run(|_, _| {}))
             .build();
         assert!(other.is_ok(), "{:?}", other.err());
     });

@@ -10,7 +10,7 @@ fn assert_pool_whole(pool: &Pool) {
     let calls = AtomicUsize::new(0);
     let jobs = if cfg!(miri) { 2 } else { 20 };
     for _ in 0..jobs {
-        pool.run(&|_, _| {
+        pool.run(|_, _| {
             calls.fetch_add(1, Ordering::Relaxed);
         });
     }
@@ -23,7 +23,7 @@ fn a_worker_panic_is_reraised_in_the_caller_after_every_participant_finished() {
         let pool = Pool::with_spin(3, 1000);
         let finished = AtomicUsize::new(0);
         let result = catch_unwind(AssertUnwindSafe(|| {
-            pool.run(&|idx, _| {
+            pool.run(|idx, _| {
                 if idx == 1 {
                     panic!("worker one fails");
                 }
@@ -46,7 +46,7 @@ fn the_callers_own_panic_wins_over_a_workers() {
     watched("caller_panic", |_| {
         let pool = Pool::with_spin(2, 1000);
         let result = catch_unwind(AssertUnwindSafe(|| {
-            pool.run(&|idx, n| {
+            pool.run(|idx, n| {
                 if idx == n - 1 {
                     panic!("the caller fails");
                 }
@@ -67,7 +67,7 @@ fn several_panicking_participants_reraise_one_payload_and_the_pool_keeps_working
         for round in 0..if cfg!(miri) { 3 } else { 20 } {
             stage.set(format!("round {round}"));
             let result = catch_unwind(AssertUnwindSafe(|| {
-                pool.run(&|idx, n| {
+                pool.run(|idx, n| {
                     if idx < n - 1 {
                         panic!("worker {idx} fails");
                     }
@@ -85,7 +85,7 @@ fn a_panic_in_a_limited_job_leaves_uninvited_workers_untouched() {
     watched("limited_panic", |_| {
         let pool = Pool::with_spin(3, 1000);
         let result = catch_unwind(AssertUnwindSafe(|| {
-            pool.run_limited(1, &|idx, n| {
+            pool.run_limited(1, |idx, n| {
                 assert_eq!(n, 2);
                 if idx == 0 {
                     panic!("limited worker fails");
@@ -102,9 +102,9 @@ fn a_panic_in_a_nested_inline_job_unwinds_through_the_outer_job() {
     watched("nested_panic", |_| {
         let pool = Pool::with_spin(1, 1000);
         let result = catch_unwind(AssertUnwindSafe(|| {
-            pool.run(&|idx, _| {
+            pool.run(|idx, _| {
                 if idx == 0 {
-                    pool.run(&|_, _| panic!("inner fails"));
+                    pool.run(|_, _| panic!("inner fails"));
                 }
             });
         }));

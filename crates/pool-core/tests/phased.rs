@@ -20,7 +20,7 @@ fn check_phases(pool: &Pool) {
         .map(|_| AtomicU64::new(0))
         .collect();
     for job in 0..JOBS {
-        pool.run_phased(&|idx, n, barrier| {
+        pool.run_phased(|idx, n, barrier| {
             for phase in 0..PHASES {
                 let stamp = (job * PHASES + phase) as u64 + 1;
                 slots[idx].store(stamp, Ordering::Relaxed);
@@ -100,7 +100,7 @@ fn a_worker_that_panics_mid_phase_releases_the_others_and_its_panic_reaches_the_
         let pool = Pool::with_spin(2, 1000);
         let reached_end = AtomicUsize::new(0);
         let result = catch_unwind(AssertUnwindSafe(|| {
-            pool.run_phased(&|idx, _n, barrier| {
+            pool.run_phased(|idx, _n, barrier| {
                 barrier.wait();
                 if idx == 0 {
                     panic!("worker zero fails in phase one");
@@ -121,7 +121,7 @@ fn the_callers_own_panic_wins_over_a_workers() {
     watched("phases_caller_panic", |_| {
         let pool = Pool::with_spin(1, 1000);
         let result = catch_unwind(AssertUnwindSafe(|| {
-            pool.run_phased(&|idx, n, barrier| {
+            pool.run_phased(|idx, n, barrier| {
                 barrier.wait();
                 if idx == n - 1 {
                     panic!("the caller fails");
@@ -139,7 +139,7 @@ fn a_participant_that_skips_a_barrier_makes_run_phased_panic_instead_of_hanging(
         let pool = Pool::with_spin(2, 1000);
         for skipper in 0..3 {
             let result = catch_unwind(AssertUnwindSafe(|| {
-                pool.run_phased(&|idx, _n, barrier| {
+                pool.run_phased(|idx, _n, barrier| {
                     barrier.wait();
                     if idx != skipper {
                         barrier.wait();
@@ -161,7 +161,7 @@ fn an_extra_barrier_in_one_participant_panics_too() {
     watched("phases_extra", |_| {
         let pool = Pool::with_spin(1, 1000);
         let result = catch_unwind(AssertUnwindSafe(|| {
-            pool.run_phased(&|idx, _n, barrier| {
+            pool.run_phased(|idx, _n, barrier| {
                 if idx == 0 {
                     barrier.wait();
                 }
@@ -177,7 +177,7 @@ fn inline_and_nested_runs_pass_their_barriers_at_once() {
         // A caller-only pool: one participant.
         let alone = Pool::with_spin(0, 0);
         let phases = AtomicUsize::new(0);
-        alone.run_phased(&|idx, n, barrier| {
+        alone.run_phased(|idx, n, barrier| {
             assert_eq!((idx, n), (0, 1));
             for _ in 0..3 {
                 barrier.wait();
@@ -188,8 +188,8 @@ fn inline_and_nested_runs_pass_their_barriers_at_once() {
         // Nested in a job of the same pool: runs inline, n == 1.
         let pool = Pool::with_spin(1, 1000);
         let nested = AtomicUsize::new(0);
-        pool.run_phased(&|_, _, outer| {
-            pool.run_phased(&|idx, n, inner| {
+        pool.run_phased(|_, _, outer| {
+            pool.run_phased(|idx, n, inner| {
                 assert_eq!((idx, n), (0, 1));
                 inner.wait();
                 nested.fetch_add(1, Ordering::Relaxed);
@@ -206,12 +206,12 @@ fn a_phased_job_inside_another_pools_job_keeps_its_barriers() {
         let outer = Pool::with_spin(1, 1000);
         let inner = Pool::with_spin(1, 1000);
         let sums = [AtomicU64::new(0), AtomicU64::new(0)];
-        outer.run(&|idx, n| {
+        outer.run(|idx, n| {
             if idx == n - 1 {
                 // The inner pool's turn is free: its job is dispatched (or
                 // inline when another thread holds it); either way whole.
                 let parts = [AtomicU64::new(0), AtomicU64::new(0)];
-                inner.run_phased(&|i, m, barrier| {
+                inner.run_phased(|i, m, barrier| {
                     parts[i].store(i as u64 + 1, Ordering::Relaxed);
                     barrier.wait();
                     if i == m - 1 {

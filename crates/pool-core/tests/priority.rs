@@ -9,7 +9,7 @@ use testkit::watched;
 /// `f` on every worker of `pool` (not the caller), collected.
 fn on_workers<T: Send>(pool: &Pool, f: impl Fn() -> T + Sync) -> Vec<T> {
     let seen = Mutex::new(Vec::new());
-    pool.run(&|idx, n| {
+    pool.run(|idx, n| {
         if idx < n - 1 {
             seen.lock().unwrap().push(f());
         }

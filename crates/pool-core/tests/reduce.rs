@@ -16,10 +16,13 @@ const JOBS: usize = if cfg!(miri) { 3 } else { 200 };
 /// The participants, in the order `reduce` folds them: a fold that only
 /// appends records it.
 fn fold_order(pool: &Pool) -> Vec<(usize, usize)> {
-    pool.reduce(&|idx, n| vec![(idx, n)], |mut a, b| {
-        a.extend(b);
-        a
-    })
+    pool.reduce(
+        |idx, n| vec![(idx, n)],
+        |mut a, b| {
+            a.extend(b);
+            a
+        },
+    )
 }
 
 #[test]
@@ -31,7 +34,7 @@ fn values_are_folded_in_participant_order_whoever_finishes_first() {
                 stage.set(format!("{workers} workers, job {job}"));
                 // Participant 0 finishes last in odd jobs.
                 let order = pool.reduce(
-                    &|idx, n| {
+                    |idx, n| {
                         if idx == 0 && job % 2 == 1 && !cfg!(miri) {
                             std::thread::sleep(Duration::from_micros(200));
                         }
@@ -69,7 +72,7 @@ fn a_float_sum_is_the_same_bits_as_the_shares_folded_in_order() {
         );
         for job in 0..JOBS {
             let got = pool.reduce(
-                &|idx, n| {
+                |idx, n| {
                     assert_eq!(n, 3);
                     values.iter().skip(idx * share).take(share).sum::<f32>()
                 },
@@ -86,10 +89,13 @@ fn an_inline_run_and_a_nested_call_fold_one_value() {
         let pool = Pool::with_spin(0, 0);
         assert_eq!(fold_order(&pool), vec![(0, 1)]);
         let outer = Pool::with_spin(1, 1000);
-        let inner = outer.reduce(&|_, _| fold_order(&outer), |mut a, b| {
-            a.extend(b);
-            a
-        });
+        let inner = outer.reduce(
+            |_, _| fold_order(&outer),
+            |mut a, b| {
+                a.extend(b);
+                a
+            },
+        );
         // Each participant's nested call on the same pool ran inline.
         assert!(inner.iter().all(|&step| step == (0, 1)), "{inner:?}");
     });
@@ -126,7 +132,7 @@ fn a_panicking_participant_reaches_the_caller_and_every_value_is_dropped_once() 
             let dropped = AtomicUsize::new(0);
             let caught = catch_unwind(AssertUnwindSafe(|| {
                 pool.reduce(
-                    &|idx, n| {
+                    |idx, n| {
                         if idx == job % n {
                             panic!("participant {idx} of {n}");
                         }
@@ -203,10 +209,13 @@ fn several_threads_reducing_on_one_pool_each_get_their_own_values_in_order() {
                     for job in 0..JOBS {
                         // Each value carries its caller: a slot shared
                         // between two callers' jobs would mix them.
-                        let got = pool.reduce(&|idx, n| vec![(caller, idx, n)], |mut a, b| {
-                            a.extend(b);
-                            a
-                        });
+                        let got = pool.reduce(
+                            |idx, n| vec![(caller, idx, n)],
+                            |mut a, b| {
+                                a.extend(b);
+                                a
+                            },
+                        );
                         let n = got.len();
                         let expected: Vec<_> = (0..n).map(|idx| (caller, idx, n)).collect();
                         assert_eq!(got, expected, "caller {caller}, job {job}");

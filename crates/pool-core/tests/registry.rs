@@ -27,7 +27,7 @@ fn dropped_pools_leave_no_tids_behind_however_many_come_and_go_at_once() {
                         let mut tids = Vec::new();
                         for _ in 0..60 {
                             let pool = Pool::with_spin(2, 0);
-                            pool.run(&|_, _| {});
+                            pool.run(|_, _| {});
                             // Readers contend for the list as well.
                             let _ = all_worker_tids();
                             tids.extend(pool.worker_tids());

@@ -68,7 +68,7 @@ fn pinned_workers_of_two_pools_stay_awake_between_jobs_used_in_turn() {
         let (prefill, decode) = (pool("prefill"), pool("decode"));
         for (p, name) in [(&prefill, "prefill"), (&decode, "decode")] {
             stage.set(format!("warm-up {name}"));
-            p.run(&|_, _| {});
+            p.run(|_, _| {});
         }
         let before = [prefill.stats(), decode.stats()];
         let rounds = 400;
@@ -76,9 +76,9 @@ fn pinned_workers_of_two_pools_stay_awake_between_jobs_used_in_turn() {
             if round % 100 == 0 {
                 stage.set(format!("round {round}"));
             }
-            prefill.run(&|_, _| {});
+            prefill.run(|_, _| {});
             busy(Duration::from_micros(20));
-            decode.run(&|_, _| {});
+            decode.run(|_, _| {});
             busy(Duration::from_micros(20));
         }
         for (p, earlier) in [&prefill, &decode].into_iter().zip(&before) {
@@ -127,7 +127,7 @@ fn quota_child() {
     assert!(pool.is_oversubscribed(), "2 threads on a 1-CPU quota");
     let entries = std::sync::atomic::AtomicUsize::new(0);
     for _ in 0..200 {
-        pool.run(&|_, _| {
+        pool.run(|_, _| {
             entries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
     }
@@ -169,7 +169,7 @@ fn a_pool_inside_a_one_cpu_quota_sees_the_quota() {
 /// Participants of `pool`'s job `f` (1: it ran inline).
 fn participants(pool: &Pool, f: impl Fn() + Sync) -> usize {
     let seen = std::sync::atomic::AtomicUsize::new(0);
-    pool.run(&|_, n| {
+    pool.run(|_, n| {
         seen.store(n, std::sync::atomic::Ordering::Relaxed);
         f();
     });
@@ -262,7 +262,7 @@ fn a_caller_inside_a_long_inline_job_still_counts_as_busy() {
         let _turn = one_at_a_time();
         let linger = Duration::from_millis(2);
         let Some(counts) = callers_filling_the_cpus(linger, Duration::from_millis(300), |pool| {
-            pool.run(&|_, n| busy(3 * linger / n as u32));
+            pool.run(|_, n| busy(3 * linger / n as u32));
             participants(pool, || {}) > 1
         }) else {
             return;
@@ -343,7 +343,7 @@ fn a_caller_that_finds_its_worker_on_its_own_cpu_moves_one_of_them_off_it() {
             .build()
             .unwrap();
         let all = cpus.clone();
-        pool.run(&|idx, n| {
+        pool.run(|idx, n| {
             if idx + 1 < n {
                 pool_topo::pin_current_thread(&all).unwrap();
             }
@@ -355,7 +355,7 @@ fn a_caller_that_finds_its_worker_on_its_own_cpu_moves_one_of_them_off_it() {
             if job % 1000 == 0 {
                 stage.set(format!("job {job}"));
             }
-            pool.run(&|idx, n| {
+            pool.run(|idx, n| {
                 // SAFETY: no preconditions; -1 on failure.
                 let cpu = unsafe { libc::sched_getcpu() } as usize;
                 where_[usize::from(idx + 1 == n)].store(cpu, Ordering::Relaxed);
@@ -423,7 +423,7 @@ fn two_pools_used_in_turn_settle_with_both_workers_off_the_callers_cpu() {
         let pools = [build(), build()];
         let all = cpus.clone();
         for pool in &pools {
-            pool.run(&|idx, n| {
+            pool.run(|idx, n| {
                 if idx + 1 < n {
                     pool_topo::pin_current_thread(&all).unwrap();
                 }
@@ -437,7 +437,7 @@ fn two_pools_used_in_turn_settle_with_both_workers_off_the_callers_cpu() {
                 stage.set(format!("job {job}"));
             }
             let (worker, caller) = (AtomicUsize::new(usize::MAX), AtomicUsize::new(0));
-            pools[job % 2].run(&|idx, n| {
+            pools[job % 2].run(|idx, n| {
                 // SAFETY: no preconditions; -1 on failure.
                 let cpu = unsafe { libc::sched_getcpu() } as usize;
                 let at = if idx + 1 == n { &caller } else { &worker };

@@ -21,7 +21,7 @@ type SideLog = (Vec<(usize, usize)>, Vec<String>);
 /// Runs a two-sided job and returns, per side, the ranges and the threads.
 fn sides(pool: &Pool, near: usize, far: usize) -> [SideLog; 2] {
     let seen: Mutex<[SideLog; 2]> = Mutex::default();
-    pool.run_sides(near, far, &|side, start, end| {
+    pool.run_sides(near, far, |side, start, end| {
         let name = std::thread::current().name().unwrap_or("caller").to_owned();
         let mut seen = seen.lock().unwrap();
         let entry = &mut seen[usize::from(side == Side::Far)];
@@ -119,7 +119,7 @@ fn fake_plan() -> TwoNodePlan {
 /// Each worker's own mask, read on the worker.
 fn worker_masks(pool: &Pool) -> Vec<Vec<usize>> {
     let masks = Mutex::new(vec![Vec::new(); pool.n_workers()]);
-    pool.run(&|idx, n| {
+    pool.run(|idx, n| {
         if idx < n - 1 {
             masks.lock().unwrap()[idx] = thread_affinity_cpus();
         }
@@ -133,7 +133,7 @@ fn run_sides_from_inside_a_job_of_the_same_pool_runs_every_item_of_both_sides() 
         let pool = Pool::with_spin(3, 1000);
         pool.bind_two_nodes(&fake_plan()).unwrap();
         let logs = Mutex::new(Vec::new());
-        pool.run(&|idx, n| {
+        pool.run(|idx, n| {
             if idx == n - 1 {
                 logs.lock().unwrap().push(sides(&pool, 100, 50));
             }
@@ -181,7 +181,7 @@ fn binding_from_inside_a_job_of_the_pool_is_an_error_and_pins_nobody() {
         let before = worker_masks(&pool);
         let caller_before = thread_affinity_cpus();
         let result = Mutex::new(None);
-        pool.run(&|idx, n| {
+        pool.run(|idx, n| {
             if idx == n - 1 {
                 *result.lock().unwrap() = Some(pool.bind_two_nodes(&fake_plan()));
             }
@@ -334,7 +334,7 @@ fn an_unbind_inside_a_job_beside_one_from_outside_never_hangs() {
                     pool.unbind_two_nodes()
                 });
                 let from_inside = Mutex::new(None);
-                pool.run(&|idx, n| {
+                pool.run(|idx, n| {
                     if idx == n - 1 {
                         inside.wait();
                         // Long enough for the other thread to be waiting.

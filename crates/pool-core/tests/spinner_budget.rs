@@ -33,7 +33,7 @@ fn several_pools_never_spin_more_workers_than_the_process_has_cpus() {
             let pool = &pools[round % 3];
             let entries = std::sync::atomic::AtomicUsize::new(0);
             let participants = std::sync::atomic::AtomicUsize::new(0);
-            pool.run(&|_, n| {
+            pool.run(|_, n| {
                 entries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 participants.store(n, std::sync::atomic::Ordering::Relaxed);
             });

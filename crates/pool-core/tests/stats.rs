@@ -11,11 +11,11 @@ fn dispatch_and_pickup_counters_add_up_exactly() {
     watched("stats_exact", |_| {
         let pool = Pool::with_spin(3, 1000);
         for _ in 0..100 {
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
         }
         for k in [0, 1, 2, 5] {
             for _ in 0..10 {
-                pool.run_limited(k, &|_, _| {});
+                pool.run_limited(k, |_, _| {});
             }
         }
         let s = pool.stats();
@@ -58,7 +58,7 @@ fn stats_read_right_after_run_count_every_job() {
         let rounds = if cfg!(miri) { 50 } else { 20_000 };
         for round in 1..=rounds {
             stage.set(format!("job {round} of {rounds}"));
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
             assert_eq!(pool.stats().worker_jobs(), round, "after job {round}");
         }
     });
@@ -70,10 +70,10 @@ fn a_spinning_pool_issues_no_unpark_in_steady_work() {
         // One worker on a 2-CPU machine is not oversubscribed; with a budget
         // it never exhausts, it never parks after its first job.
         let pool = Pool::with_spin(1, usize::MAX);
-        pool.run(&|_, _| {});
+        pool.run(|_, _| {});
         let before = pool.stats();
         for _ in 0..1000 {
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
         }
         let s = pool.stats().since(&before);
         assert_eq!(s.dispatches(), 1000);
@@ -89,7 +89,7 @@ fn a_parking_pool_counts_its_parks_and_unparks() {
     watched("stats_park", |_| {
         let pool = Pool::with_spin(2, 0);
         for _ in 0..20 {
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
             std::thread::sleep(Duration::from_millis(2));
         }
         let s = pool.stats();
@@ -107,14 +107,14 @@ fn panics_are_counted_once_per_panicking_participant() {
         let pool = Pool::with_spin(2, 1000);
         for _ in 0..3 {
             let _ = catch_unwind(AssertUnwindSafe(|| {
-                pool.run(&|idx, _| {
+                pool.run(|idx, _| {
                     if idx == 0 {
                         panic!("worker 0 fails");
                     }
                 })
             }));
         }
-        let _ = catch_unwind(AssertUnwindSafe(|| pool.run(&|_, _| panic!("all fail"))));
+        let _ = catch_unwind(AssertUnwindSafe(|| pool.run(|_, _| panic!("all fail"))));
         assert_eq!(pool.stats().panics, 3 + 3);
     });
 }

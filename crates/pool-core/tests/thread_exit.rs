@@ -19,11 +19,11 @@ struct RunsOnDrop {
 impl Drop for RunsOnDrop {
     fn drop(&mut self) {
         let entries = &self.entries;
-        self.pool.run(&|_, n| {
+        self.pool.run(|_, n| {
             entries.fetch_add(n.min(1), Ordering::Relaxed);
         });
-        self.pool.run_phased(&|_, _, barrier| barrier.wait());
-        let folded = self.pool.reduce(&|_, _| 1usize, |a, b| a + b);
+        self.pool.run_phased(|_, _, barrier| barrier.wait());
+        let folded = self.pool.reduce(|_, _| 1usize, |a, b| a + b);
         entries.fetch_add(usize::from(folded >= 1), Ordering::Relaxed);
     }
 }
@@ -51,8 +51,8 @@ fn a_job_run_from_a_thread_local_destructor_after_the_pools_own_runs() {
                         entries: entries2,
                     })
                 });
-                pool2.run(&|_, _| {});
-                pool2.run_phased(&|_, _, barrier| barrier.wait());
+                pool2.run(|_, _| {});
+                pool2.run_phased(|_, _, barrier| barrier.wait());
             })
             .join()
             .expect("the thread exits cleanly");

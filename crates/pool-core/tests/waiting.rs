@@ -38,7 +38,7 @@ fn a_caller_waiting_for_a_long_share_sleeps_instead_of_burning_its_cpu() {
         let pool = Pool::with_spin(1, 1000);
         for _ in 0..3 {
             let before = thread_cpu_time();
-            pool.run(&|idx, n| {
+            pool.run(|idx, n| {
                 if idx < n - 1 {
                     std::thread::sleep(LONG_SHARE);
                 }
@@ -51,7 +51,7 @@ fn a_caller_waiting_for_a_long_share_sleeps_instead_of_burning_its_cpu() {
         }
         // Short jobs right after still run (the sleeper left nothing behind).
         for _ in 0..1000 {
-            pool.run(&|_, _| {});
+            pool.run(|_, _| {});
         }
     });
 }
@@ -62,7 +62,7 @@ fn participants_waiting_at_a_barrier_for_a_long_share_sleep() {
         let pool = Pool::with_spin(1, 1000);
         for _ in 0..3 {
             let before = thread_cpu_time();
-            pool.run_phased(&|idx, n, barrier| {
+            pool.run_phased(|idx, n, barrier| {
                 if idx < n - 1 {
                     std::thread::sleep(LONG_SHARE);
                 }
@@ -83,7 +83,7 @@ fn a_sleeping_barrier_waiter_is_released_when_a_participant_leaves_early() {
     watched("barrier_sleeper_released", |_| {
         let pool = Pool::with_spin(1, 1000);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pool.run_phased(&|idx, n, barrier| {
+            pool.run_phased(|idx, n, barrier| {
                 if idx < n - 1 {
                     // Leaves after the caller has gone to sleep, without
                     // reaching the barrier the caller waits at.

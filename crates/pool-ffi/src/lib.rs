@@ -310,7 +310,7 @@ pub unsafe extern "C" fn pool_run(pool: *mut PoolHandle, f: PoolJobFn, ctx: *mut
         return POOL_ENULL;
     };
     with_shared_context(ctx, |context| {
-        handle.pool().run(&|idx, n| {
+        handle.pool().run(|idx, n| {
             // SAFETY: the caller's contract on `f` and `ctx`.
             unsafe { f(context.0, idx, n) }
         })

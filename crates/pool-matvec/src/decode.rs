@@ -162,13 +162,13 @@ impl Matrix {
                 let (q, extras) = x.q8_0.as_ref().expect("Input prepared for Q8_0");
                 let per_row = cols / QK8_0;
                 let rows = &w[start * per_row..(start + out.len()) * per_row];
-                crate::q8_0::rows_into(None, rows, per_row, &extras.with(q), out);
+                crate::q8_0::rows_into(&crate::Serial, rows, per_row, &extras.with(q), out);
             }
             MatrixData::Q4_0(w) => {
                 let (q, extras) = x.q8_0.as_ref().expect("Input prepared for Q4_0");
                 let per_row = cols / QK8_0;
                 let rows = &w[start * per_row..(start + out.len()) * per_row];
-                crate::q4_0::rows_into(None, rows, per_row, &extras.with(q), out);
+                crate::q4_0::rows_into(&crate::Serial, rows, per_row, &extras.with(q), out);
             }
         }
     }
@@ -329,7 +329,7 @@ impl DecodeModel {
                 logits: DisjointRows::new(&mut s.logits),
             };
             let start = &x;
-            pool.run_phased(&|_idx, n, barrier| {
+            pool.run_phased(|_idx, n, barrier| {
                 self.token_phased(start, &out, &cursors, n, barrier);
             });
             for (i, xi) in x.iter_mut().enumerate() {

@@ -7,11 +7,10 @@
 //! and grain: a row is never split, and its sum never depends on who
 //! computes it.
 
-use pool_core::Pool;
+use crate::executor::{gated, Executor};
 
 use crate::disjoint::DisjointRows;
-use crate::rows::run_rows_on;
-use crate::shape::{check_matvec, should_parallelize};
+use crate::shape::check_matvec;
 
 /// `out = W x` for the first `out.len()` rows of the row-major `w`
 /// (`cols = x.len()`), bit-identical to the naive loop. Serial below the
@@ -28,12 +27,11 @@ use crate::shape::{check_matvec, should_parallelize};
 /// pool_matvec::matvec_rows(None, &w, &[1.0, 0.5], &mut out);
 /// assert_eq!(out, [2.0, 5.0, 8.0]);
 /// ```
-pub fn matvec_rows(pool: Option<&Pool>, w: &[f32], x: &[f32], out: &mut [f32]) {
+pub fn matvec_rows(exec: impl Executor, w: &[f32], x: &[f32], out: &mut [f32]) {
     let (rows, cols) = (out.len(), x.len());
     check_matvec("matvec_rows", w.len(), rows, cols);
-    let pool = pool.filter(|_| should_parallelize(rows, cols));
     let out = DisjointRows::new(out);
-    run_rows_on(pool, rows, &|start, end| {
+    gated(&exec, rows, cols).run_rows(rows, &|start, end| {
         // SAFETY: run_rows hands out each range once (DisjointRows invariant).
         let out = unsafe { out.rows(start, end) };
         rows_exact(&w[start * cols..end * cols], x, out);
@@ -48,7 +46,7 @@ pub fn matvec_rows(pool: Option<&Pool>, w: &[f32], x: &[f32], out: &mut [f32]) {
 ///
 /// If `x1`/`x2` or `out1`/`out2` differ in length, or `w` is too short.
 pub fn matvec_rows2(
-    pool: Option<&Pool>,
+    exec: impl Executor,
     w: &[f32],
     x1: &[f32],
     x2: &[f32],
@@ -65,9 +63,8 @@ pub fn matvec_rows2(
     );
     let (rows, cols) = (out1.len(), x1.len());
     check_matvec("matvec_rows2", w.len(), rows, cols);
-    let pool = pool.filter(|_| should_parallelize(rows, cols));
     let (out1, out2) = (DisjointRows::new(out1), DisjointRows::new(out2));
-    run_rows_on(pool, rows, &|start, end| {
+    gated(&exec, rows, cols).run_rows(rows, &|start, end| {
         // SAFETY: run_rows hands out each range once (DisjointRows invariant).
         let (o1, o2) = unsafe { (out1.rows(start, end), out2.rows(start, end)) };
         rows_exact2(&w[start * cols..end * cols], x1, x2, o1, o2);

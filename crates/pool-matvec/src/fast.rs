@@ -12,11 +12,10 @@
 //! by rounding only: on random data in [-1, 1), a relative difference
 //! below 1e-5 (see `tests/kernels.rs`).
 
-use pool_core::Pool;
+use crate::executor::{gated, Executor};
 
 use crate::disjoint::DisjointRows;
-use crate::rows::run_rows_on;
-use crate::shape::{check_matvec, should_parallelize};
+use crate::shape::check_matvec;
 use crate::tier::{simd_tier, SimdTier};
 
 const LANES: usize = 32;
@@ -27,13 +26,12 @@ const LANES: usize = 32;
 /// # Panics
 ///
 /// If `w` holds fewer than `out.len() * x.len()` values.
-pub fn matvec_f32_fast(pool: Option<&Pool>, w: &[f32], x: &[f32], out: &mut [f32]) {
+pub fn matvec_f32_fast(exec: impl Executor, w: &[f32], x: &[f32], out: &mut [f32]) {
     let (rows, cols) = (out.len(), x.len());
     check_matvec("matvec_f32_fast", w.len(), rows, cols);
-    let pool = pool.filter(|_| should_parallelize(rows, cols));
     let (dot, dot2) = (select_dot(), select_dot2());
     let out = DisjointRows::new(out);
-    run_rows_on(pool, rows, &|start, end| {
+    gated(&exec, rows, cols).run_rows(rows, &|start, end| {
         // SAFETY: run_rows hands out each range once (DisjointRows invariant).
         let out = unsafe { out.rows(start, end) };
         let row = |r: usize| &w[r * cols..(r + 1) * cols];

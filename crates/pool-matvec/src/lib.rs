@@ -33,10 +33,13 @@ pub mod decode;
 mod disjoint;
 mod each;
 mod exact;
+mod executor;
 mod fast;
 mod k_quants;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
+mod map_reduce;
+pub mod prelude;
 mod q4_0;
 mod q8_0;
 mod random;
@@ -48,12 +51,14 @@ mod weights;
 
 pub use each::{for_each_chunk_init, for_each_row};
 pub use exact::{matvec_naive, matvec_rows, matvec_rows2};
+pub use executor::Executor;
 pub use fast::{dot_fast, dot_fast_on, dot_fast_portable, matvec_f32_fast};
 pub use k_quants::{
     dequantize_q4_k, dequantize_q6_k, dot_q4_k, dot_q4_k_on, dot_q4_k_scalar, dot_q6_k,
     dot_q6_k_on, dot_q6_k_scalar, quantize_q4_k, quantize_q6_k, quantize_q8_k, BlockQ4K, BlockQ6K,
     BlockQ8K, QK_K,
 };
+pub use map_reduce::{map_reduce, MAP_REDUCE_CHUNKS};
 pub use q4_0::{
     dequantize_q4_0, dot_q4_0, dot_q4_0_on, dot_q4_0_scalar, matvec_q4_0, matvec_q4_0_prepared,
     quantize_q4_0, BlockQ4_0, QK4_0,

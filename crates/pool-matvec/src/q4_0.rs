@@ -7,13 +7,13 @@
 //! and a row is `sum_b sumi[b] * (d_w[b] * d_x[b])` in `blocks.rs`'s fixed
 //! order, `sumi[b]` exact on every path, so every path agrees bit for bit.
 
+use crate::executor::{gated, Executor};
 use half::f16;
-use pool_core::Pool;
 
 use crate::blocks;
 use crate::q8_0::{quantize_q8_0, Activation, ActivationExtras, BlockQ8_0, QK8_0};
-use crate::rows::RowsInto;
-use crate::shape::{check_block_row, check_blocks, should_parallelize};
+use crate::rows::{RowParallel, RowsInto};
+use crate::shape::{check_block_row, check_blocks};
 use crate::tier::SimdTier;
 
 /// Weights per Q4_0 block.
@@ -98,9 +98,9 @@ pub fn dequantize_q4_0(blocks: &[BlockQ4_0]) -> Vec<f32> {
 ///
 /// If `x.len()` is not a multiple of 32, or `w` holds fewer than
 /// `out.len() * x.len() / 32` blocks (message names the shapes).
-pub fn matvec_q4_0(pool: Option<&Pool>, w: &[BlockQ4_0], x: &[f32], out: &mut [f32]) {
+pub fn matvec_q4_0(exec: impl Executor, w: &[BlockQ4_0], x: &[f32], out: &mut [f32]) {
     check_block_row("matvec_q4_0", x.len());
-    matvec_q4_0_prepared(pool, w, &quantize_q8_0(x), out);
+    matvec_q4_0_prepared(exec, w, &quantize_q8_0(x), out);
 }
 
 /// [`matvec_q4_0`] with the activation already quantized (one
@@ -112,7 +112,7 @@ pub fn matvec_q4_0(pool: Option<&Pool>, w: &[BlockQ4_0], x: &[f32], out: &mut [f
 ///
 /// If `w` holds fewer than `out.len() * xq.len()` blocks.
 pub fn matvec_q4_0_prepared(
-    pool: Option<&Pool>,
+    exec: impl Executor,
     w: &[BlockQ4_0],
     xq: &[BlockQ8_0],
     out: &mut [f32],
@@ -121,15 +121,15 @@ pub fn matvec_q4_0_prepared(
     check_blocks("matvec_q4_0", w.len(), rows, blocks_per_row);
     let extras = ActivationExtras::for_q4_0(xq);
     let x = extras.with(xq);
-    let pool = pool.filter(|_| should_parallelize(rows, blocks_per_row * QK4_0 / 4));
-    rows_into(pool, w, blocks_per_row, &x, out);
+    let exec = gated(&exec, rows, blocks_per_row * QK4_0 / 4);
+    rows_into(exec, w, blocks_per_row, &x, out);
 }
 
 /// Rows `0..out.len()` of `w` (`blocks_per_row` blocks each) against `x`
 /// on `exec`, two rows per kernel call where the tier has a pair kernel
 /// (each row's arithmetic is the one-row kernel's: the same bits).
 pub(crate) fn rows_into(
-    exec: Option<&Pool>,
+    exec: &dyn RowParallel,
     w: &[BlockQ4_0],
     blocks_per_row: usize,
     x: &Activation<'_>,

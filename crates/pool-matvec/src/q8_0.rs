@@ -13,11 +13,11 @@
 //! caller's `x` holding -128 takes the scalar path). So every path agrees
 //! bit for bit, for any thread count.
 
+use crate::executor::{gated, Executor};
 use half::f16;
-use pool_core::Pool;
 
-use crate::rows::RowsInto;
-use crate::shape::{check_block_row, check_blocks, should_parallelize};
+use crate::rows::{RowParallel, RowsInto};
+use crate::shape::{check_block_row, check_blocks};
 use crate::tier::SimdTier;
 
 /// Weights per Q8_0 block.
@@ -86,9 +86,9 @@ pub fn dequantize_q8_0(blocks: &[BlockQ8_0]) -> Vec<f32> {
 ///
 /// If `x.len()` is not a multiple of 32, or `w` holds fewer than
 /// `out.len() * x.len() / 32` blocks (message names the shapes).
-pub fn matvec_q8_0(pool: Option<&Pool>, w: &[BlockQ8_0], x: &[f32], out: &mut [f32]) {
+pub fn matvec_q8_0(exec: impl Executor, w: &[BlockQ8_0], x: &[f32], out: &mut [f32]) {
     check_block_row("matvec_q8_0", x.len());
-    matvec_q8_0_prepared(pool, w, &quantize_q8_0(x), out);
+    matvec_q8_0_prepared(exec, w, &quantize_q8_0(x), out);
 }
 
 /// [`matvec_q8_0`] with the activation already quantized (one
@@ -100,7 +100,7 @@ pub fn matvec_q8_0(pool: Option<&Pool>, w: &[BlockQ8_0], x: &[f32], out: &mut [f
 ///
 /// If `w` holds fewer than `out.len() * xq.len()` blocks.
 pub fn matvec_q8_0_prepared(
-    pool: Option<&Pool>,
+    exec: impl Executor,
     w: &[BlockQ8_0],
     xq: &[BlockQ8_0],
     out: &mut [f32],
@@ -109,15 +109,15 @@ pub fn matvec_q8_0_prepared(
     check_blocks("matvec_q8_0", w.len(), rows, blocks_per_row);
     let extras = ActivationExtras::of(xq);
     let x = extras.with(xq);
-    let pool = pool.filter(|_| should_parallelize(rows, blocks_per_row * QK8_0));
-    rows_into(pool, w, blocks_per_row, &x, out);
+    let exec = gated(&exec, rows, blocks_per_row * QK8_0);
+    rows_into(exec, w, blocks_per_row, &x, out);
 }
 
 /// Rows `0..out.len()` of `w` (`blocks_per_row` blocks each) against `x`
 /// on `exec`, two rows per kernel call where the tier has a pair kernel
 /// (each row's arithmetic is the one-row kernel's: the same bits).
 pub(crate) fn rows_into(
-    exec: Option<&Pool>,
+    exec: &dyn RowParallel,
     w: &[BlockQ8_0],
     blocks_per_row: usize,
     x: &Activation<'_>,

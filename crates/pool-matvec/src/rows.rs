@@ -308,7 +308,7 @@ fn pull_rows(pool: &Pool, rows: usize, f: &RowFn<'_>) {
     let cursor = CachePadded::new(AtomicUsize::new(0));
     // Whoever runs pulls grains: a worker that has not started when the
     // caller has pulled the last one is withdrawn, not waited for.
-    pool.run_optional_workers(invited, &|_, n| pull_chunks(&cursor, rows, n, f));
+    pool.run_optional_workers(invited, |_, n| pull_chunks(&cursor, rows, n, f));
 }
 
 /// One participant's side of a row job: claims chunks of `0..rows` from
@@ -349,13 +349,4 @@ fn guided_chunk(remaining: usize, participants: usize, floor: usize) -> usize {
     let share = (remaining / (2 * participants.max(1))).max(floor);
     let share = if share >= 4 { share & !3 } else { share };
     share.clamp(1, remaining)
-}
-
-/// Runs `f` over `0..rows` on `pool` when given, else serially in one call.
-pub(crate) fn run_rows_on(pool: Option<&Pool>, rows: usize, f: &RowFn<'_>) {
-    match pool {
-        Some(pool) => pool.run_rows(rows, f),
-        None if rows > 0 => f(0, rows),
-        None => {}
-    }
 }

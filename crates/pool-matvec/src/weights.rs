@@ -372,7 +372,7 @@ impl<'a> Weights<'a> {
                 let (q, extras) = x.q8_0.as_ref().expect("input prepared for Q8_0");
                 let per_row = self.cols / QK8_0;
                 crate::q8_0::rows_into(
-                    None,
+                    &crate::Serial,
                     self.blocks(start, end),
                     per_row,
                     &extras.with(q),
@@ -383,7 +383,7 @@ impl<'a> Weights<'a> {
                 let (q, extras) = x.q8_0.as_ref().expect("input prepared for Q4_0");
                 let per_row = self.cols / QK8_0;
                 crate::q4_0::rows_into(
-                    None,
+                    &crate::Serial,
                     self.blocks(start, end),
                     per_row,
                     &extras.with(q),

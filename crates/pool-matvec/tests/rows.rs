@@ -131,7 +131,7 @@ fn for_each_row_visits_every_element_once_with_its_index() {
     watched("for_each_row", |_| {
         for pool in [None, Some(Pool::with_spin(3, 500))] {
             let mut out = vec![0usize; 1001];
-            for_each_row(pool.as_ref(), &mut out, &|i, v| *v += i + 1);
+            for_each_row(pool.as_ref(), &mut out, |i, v| *v += i + 1);
             assert!(out.iter().enumerate().all(|(i, &v)| v == i + 1));
         }
     });

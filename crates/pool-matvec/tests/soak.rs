@@ -24,7 +24,7 @@ fn random_job(pool: &Arc<Pool>, rng: &mut XorShift) -> usize {
     match rng.next_u64() % 7 {
         0 => {
             let entries = AtomicUsize::new(0);
-            pool.run(&|_, _| {
+            pool.run(|_, _| {
                 entries.fetch_add(1, Ordering::Relaxed);
             });
             assert_eq!(entries.into_inner(), n, "run: every participant once");
@@ -33,7 +33,7 @@ fn random_job(pool: &Arc<Pool>, rng: &mut XorShift) -> usize {
         1 => {
             let k = (rng.next_u64() % 10) as usize;
             let entries = AtomicUsize::new(0);
-            pool.run_limited(k, &|_, _| {
+            pool.run_limited(k, |_, _| {
                 entries.fetch_add(1, Ordering::Relaxed);
             });
             assert_eq!(entries.into_inner(), k.min(n - 1) + 1, "run_limited({k})");
@@ -81,7 +81,7 @@ fn random_job(pool: &Arc<Pool>, rng: &mut XorShift) -> usize {
         4 => {
             let victim = (rng.next_u64() as usize) % n;
             let result = catch_unwind(AssertUnwindSafe(|| {
-                pool.run(&|idx, _| {
+                pool.run(|idx, _| {
                     if idx == victim {
                         panic!("soak: participant {idx} fails");
                     }
@@ -97,7 +97,7 @@ fn random_job(pool: &Arc<Pool>, rng: &mut XorShift) -> usize {
                     std::thread::spawn(move || {
                         for _ in 0..20 {
                             let entries = AtomicUsize::new(0);
-                            pool.run(&|_, _| {
+                            pool.run(|_, _| {
                                 entries.fetch_add(1, Ordering::Relaxed);
                             });
                             assert_eq!(entries.into_inner(), pool.n_workers() + 1);
