@@ -83,7 +83,7 @@ fn the_oversubscribed_wait_path_loses_no_job() {
 /// Runs a two-sided job of 2 + 2 items and returns how often each item ran.
 fn run_sides_counts(pool: &Pool) -> [[usize; 2]; 2] {
     let counts: [[AtomicUsize; 2]; 2] = Default::default();
-    pool.run_sides(2, 2, &|side, start, end| {
+    pool.run_sides(2, 2, |side, start, end| {
         for count in &counts[usize::from(side == Side::Far)][start..end] {
             count.fetch_add(1, Ordering::Relaxed);
         }

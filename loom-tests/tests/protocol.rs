@@ -16,8 +16,8 @@ fn count_entries(pool: &Pool, counts: &[AtomicUsize], limited: Option<usize>) {
         counts[idx].fetch_add(1, Ordering::Relaxed);
     };
     match limited {
-        Some(k) => pool.run_limited(k, &f),
-        None => pool.run(&f),
+        Some(k) => pool.run_limited(k, f),
+        None => pool.run(f),
     }
 }
 
@@ -73,11 +73,11 @@ fn an_uninvited_worker_never_runs_a_limited_job() {
                 by_worker_one.fetch_add(1, Ordering::Relaxed);
             }
         };
-        pool.run(&f);
+        pool.run(f);
         assert_eq!(entries.load(Ordering::Relaxed), 3);
         assert_eq!(by_worker_one.load(Ordering::Relaxed), 1);
-        pool.run_limited(1, &f);
-        pool.run_limited(1, &f);
+        pool.run_limited(1, f);
+        pool.run_limited(1, f);
         assert_eq!(entries.load(Ordering::Relaxed), 3 + 2 + 2);
         assert_eq!(
             by_worker_one.load(Ordering::Relaxed),

@@ -93,7 +93,7 @@ fn a_far_count_read_outside_the_job_loses_items() {
         pool.run(|idx, n| {
             if idx == n - 1 {
                 let near = AtomicUsize::new(0);
-                pool.run_sides(2, 2, &|side, start, end| {
+                pool.run_sides(2, 2, |side, start, end| {
                     if side == Side::Near {
                         near.fetch_add(end - start, Ordering::Relaxed);
                     }

@@ -10,9 +10,11 @@
 //! - [`gguf`]: a GGUF writer, for model files of any type and shape
 //!   (broken ones included).
 
+mod busy;
 mod cgroup;
 pub mod gguf;
 
+pub use busy::BusyProcesses;
 pub use cgroup::CpuQuotaGroup;
 
 use std::sync::mpsc;

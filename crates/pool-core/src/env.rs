@@ -63,18 +63,19 @@ pub fn parse_spin_policy(value: Option<&str>) -> Result<SpinPolicy, InvalidSpinB
 }
 
 /// The spin policy from the environment. An invalid value is reported with
-/// `tracing::warn!` (naming the variable and the value) and the adaptive
-/// default is used instead: never silently read as 0.
+/// [`pool_topo::warn_env`] (naming the variable and the value; on stderr if
+/// nothing else would show it) and the adaptive default is used instead:
+/// never silently read as 0.
 pub fn spin_policy_from_env() -> SpinPolicy {
     let raw = std::env::var_os(SPIN_ENV);
     let text = raw.as_ref().map(|v| v.to_string_lossy());
     match parse_spin_policy(text.as_deref()) {
         Ok(policy) => policy,
         Err(err) => {
-            tracing::warn!(
-                variable = SPIN_ENV,
-                value = err.value(),
-                "{err}; using the adaptive spin policy"
+            pool_topo::warn_env(
+                SPIN_ENV,
+                err.value(),
+                format_args!("pool-core: {err}; using the adaptive spin policy"),
             );
             SpinPolicy::adaptive()
         }

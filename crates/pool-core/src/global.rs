@@ -109,20 +109,7 @@ fn global_slow() -> &'static Pool {
     if let Some(pool) = installed() {
         return pool;
     }
-    let pool = PoolBuilder::from_env()
-        .for_global()
-        .build()
-        .or_else(|err| {
-            tracing::warn!(%err, "pool-core: global pool: pinning refused; building it unpinned");
-            PoolBuilder::from_env().unpinned().for_global().build()
-        })
-        .unwrap_or_else(|err| {
-            tracing::error!(%err, "pool-core: global pool: no workers could start; running jobs on the caller");
-            Pool::builder()
-                .workers(0)
-                .build()
-                .expect("a caller-only pool spawns nothing")
-        });
+    let pool = crate::placement::build_for_this_machine("global pool: ", PoolBuilder::for_global);
     install(pool)
 }
 

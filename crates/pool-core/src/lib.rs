@@ -63,6 +63,7 @@ pub use load::foreign_cpus;
 pub use phased::{JobBarrier, PhaseOutput};
 pub use policy::{spin_iteration_ns, SpinPolicy, DEFAULT_LINGER, MIN_ADAPTIVE_SPIN};
 pub use pool::Pool;
+pub use pool_topo::{env_warnings, EnvWarning};
 pub use priority::{current_qos_name, QosClass, SchedPolicy};
 pub use reduce::STACK_SLOTS;
 pub use sides::Side;

@@ -98,7 +98,12 @@ struct PhaseState {
     arrive_relaxed: bool,
     /// The seeded bug `MissingDepartureFence`.
     departure_fence_dropped: bool,
+    /// This job's number, unique in the process (`PhaseOutput`'s claim).
+    id: u64,
 }
+
+/// Numbers `run_phased` jobs; 0 is never a job's.
+static NEXT_PHASED_JOB: process::AtomicU64 = process::AtomicU64::new(1);
 
 /// The barrier a [`Pool::run_phased`] job's participants share. Every
 /// participant must call [`wait`](JobBarrier::wait) the same number of
@@ -108,6 +113,9 @@ pub struct JobBarrier<'a> {
     idx: usize,
     n: usize,
     passed: usize,
+    /// Inside a `PhaseOutput::write` of this participant: a second one
+    /// could hand out the same part twice.
+    writing: std::cell::Cell<bool>,
 }
 
 impl JobBarrier<'_> {
@@ -139,9 +147,19 @@ impl JobBarrier<'_> {
         (self.idx, self.n)
     }
 
-    /// The job this barrier belongs to, as an address (for `PhaseOutput`).
-    fn job(&self) -> usize {
-        self.state as *const PhaseState as usize
+    /// The job this barrier belongs to, unique in the process (for
+    /// `PhaseOutput`).
+    fn job(&self) -> u64 {
+        self.state.id
+    }
+
+    /// Marks a `PhaseOutput::write` in progress until the guard drops.
+    fn start_write(&self) -> Writing<'_> {
+        assert!(
+            !self.writing.replace(true),
+            "PhaseOutput::write inside another write of the same participant"
+        );
+        Writing(&self.writing)
     }
 }
 
@@ -149,45 +167,62 @@ impl JobBarrier<'_> {
 /// its own part in one phase, and every participant reads all of it in the
 /// next, with no `unsafe`, atomics or locks in the job's code.
 ///
-/// Phases alternate: with an even number of barriers passed
-/// ([`JobBarrier::passed`]) a participant may [`write`](PhaseOutput::write)
-/// its part (elements `len * idx / n .. len * (idx + 1) / n`); with an
-/// odd number, [`read`](PhaseOutput::read) the whole. A barrier completes
-/// only when every participant reached it, so no read ever overlaps a
-/// write: a call in the wrong parity panics, as does using one output in
-/// two jobs at once. Both calls borrow the barrier mutably, so no
-/// `wait` can happen inside them.
+/// Phases alternate for each output: the phase of its first use decides
+/// (a first [`write`](PhaseOutput::write) makes that phase and every
+/// second one after it a writing phase; a first
+/// [`read`](PhaseOutput::read), a reading one), and a call in the other
+/// kind of phase panics. In a writing phase participant `idx` of `n`
+/// writes elements `len * idx / n .. len * (idx + 1) / n`; in a reading
+/// phase everyone reads everything. A barrier completes only when every
+/// participant reached it, so no read ever overlaps a write. Both calls
+/// borrow the barrier, so no `wait` can happen inside them; one output can
+/// be read while another is written (the phase's input and output).
+///
+/// An output serves one job: the first to use it. A job of another
+/// `run_phased` call panics on it (it could run beside the first), until
+/// [`values_mut`](PhaseOutput::values_mut), which needs the output to
+/// itself and so no job running, hands it on: allocate once, reuse every
+/// token.
 ///
 /// ```
 /// use pool_core::{PhaseOutput, Pool};
 /// let pool = Pool::new(2);
-/// let squares = PhaseOutput::new(vec![0u64; 100]);
-/// let sums = PhaseOutput::new(vec![0u64; 3]);
+/// let x: Vec<f32> = (0..100).map(|i| i as f32).collect();
+/// let (h, y) = (PhaseOutput::new(vec![0.0; 100]), PhaseOutput::new(vec![0.0; 100]));
 /// pool.run_phased(|_, _, barrier| {
-///     squares.write(barrier, |start, part| {
+///     h.write(barrier, |start, part| {
 ///         for (i, v) in part.iter_mut().enumerate() {
-///             *v = ((start + i) * (start + i)) as u64;
+///             *v = 2.0 * x[start + i];
 ///         }
 ///     });
-///     barrier.wait(); // every square is written
-///     let total: u64 = squares.read(barrier, |all| all.iter().sum());
-///     barrier.wait(); // sums are written in an even phase
-///     sums.write(barrier, |_, part| part.fill(total));
+///     barrier.wait(); // every h is written
+///     h.read(barrier, |h| {
+///         y.write(barrier, |start, part| {
+///             for (i, v) in part.iter_mut().enumerate() {
+///                 *v = h[start + i] + h[(start + i + 1) % 100];
+///             }
+///         })
+///     });
 /// });
-/// assert_eq!(squares.into_vec()[99], 99 * 99);
-/// assert!(sums.into_vec().iter().all(|&s| s == 328_350));
+/// let mut y = y;
+/// assert_eq!(y.values_mut()[99], 198.0);
+/// // Free for the next job.
+/// pool.run_phased(|_, _, barrier| y.write(barrier, |_, part| part.fill(0.0)));
 /// ```
 pub struct PhaseOutput<T> {
     values: Box<[UnsafeSliceCell<T>]>,
-    /// The job using it (`JobBarrier::job`), 0 before the first use.
-    job: process::AtomicUsize,
+    /// The job using it (`JobBarrier::job`) times two, plus the parity of
+    /// its writing phases; 0: free.
+    claim: process::AtomicU64,
 }
 
-// SAFETY: participants write disjoint parts (by their distinct indices) in
-// even phases and read in odd phases; a barrier completes only when every
-// participant reached it, so no read overlaps a write and no two writes
-// overlap (the parity and job checks in `write`/`read`). Values move
-// between threads (`T: Send`) and are shared when read (`T: Sync`).
+// SAFETY: in a job, each phase of an output is a writing or a reading one
+// (the claim's parity, fixed by its first use, checked by every call);
+// writers write disjoint parts (by their distinct indices) and a
+// participant never holds two writes at once (`JobBarrier::writing`); a
+// barrier completes only when every participant reached it, so no read
+// overlaps a write. The claim's job number keeps other jobs out. Values
+// move between threads (`T: Send`) and are shared when read (`T: Sync`).
 unsafe impl<T: Send + Sync> Sync for PhaseOutput<T> {}
 
 impl<T> PhaseOutput<T> {
@@ -195,32 +230,41 @@ impl<T> PhaseOutput<T> {
     pub fn new(values: Vec<T>) -> PhaseOutput<T> {
         PhaseOutput {
             values: values.into_iter().map(UnsafeSliceCell::new).collect(),
-            job: process::AtomicUsize::new(0),
+            claim: process::AtomicU64::new(0),
         }
     }
 
     /// Checks `barrier` belongs to the job this output serves (the first
-    /// job that uses it), and that the phase's parity allows `access`.
+    /// job that uses it) and that this phase allows `writing`, claiming
+    /// the output for the job on its first use.
     fn check(&self, barrier: &JobBarrier<'_>, writing: bool) {
-        let job = barrier.job();
-        // Relaxed: only an identity check; the data is published by the
-        // barrier itself.
-        if let Err(other) = self.job.compare_exchange(
+        let phase = barrier.passed as u64 & 1;
+        let writes_when = if writing { phase } else { phase ^ 1 };
+        let wanted = barrier.job() << 1 | writes_when;
+        // Relaxed: the claim is only compared; the values are published by
+        // the barrier itself. Participants of one phase race for the first
+        // claim, and a barrier orders every later phase's checks after it.
+        let claim = match self.claim.compare_exchange(
             0,
-            job,
+            wanted,
             process::Ordering::Relaxed,
             process::Ordering::Relaxed,
         ) {
-            assert_eq!(other, job, "a PhaseOutput used by two jobs at once");
-        }
-        let even = barrier.passed.is_multiple_of(2);
+            Ok(_) => wanted,
+            Err(claim) => claim,
+        };
         assert_eq!(
-            even,
-            writing,
-            "PhaseOutput::{}: after {} barriers this phase {}",
+            claim >> 1,
+            barrier.job(),
+            "a PhaseOutput used by two jobs: values_mut between them hands it on"
+        );
+        assert_eq!(
+            claim,
+            wanted,
+            "PhaseOutput::{}: after {} barriers this output is {}",
             if writing { "write" } else { "read" },
             barrier.passed,
-            if even { "writes" } else { "reads" }
+            if writing { "read" } else { "written" }
         );
     }
 
@@ -229,24 +273,21 @@ impl<T> PhaseOutput<T> {
     ///
     /// # Panics
     ///
-    /// After an odd number of barriers, or for a barrier of another job.
-    pub fn write<R>(
-        &self,
-        barrier: &mut JobBarrier<'_>,
-        f: impl FnOnce(usize, &mut [T]) -> R,
-    ) -> R {
+    /// In a reading phase of this output, inside another `write` of this
+    /// participant, or for a barrier of another job.
+    pub fn write<R>(&self, barrier: &JobBarrier<'_>, f: impl FnOnce(usize, &mut [T]) -> R) -> R {
         self.check(barrier, true);
+        let _writing = barrier.start_write();
         let (idx, n) = barrier.participant();
         let len = self.values.len();
         let (start, end) = (len * idx / n, len * (idx + 1) / n);
         let cells = &self.values[start..end];
         // SAFETY: the type's invariants: participant `idx` alone touches
-        // `start..end` in this even phase, and nobody reads until the next
-        // barrier completes, which needs this participant. `barrier` is
-        // borrowed mutably, so `f` cannot wait meanwhile, and this
-        // participant cannot write twice at once (a second `write` inside
-        // `f` would need the barrier). The cells are contiguous
-        // `UnsafeSliceCell<T>`, laid out as `T`.
+        // `start..end` in this writing phase, and nobody reads until the
+        // next barrier completes, which needs this participant. `f` cannot
+        // wait meanwhile (the barrier is borrowed) nor write again
+        // (`start_write`), nor keep the slice (its lifetime is the call's).
+        // The cells are contiguous `UnsafeSliceCell<T>`, laid out as `T`.
         let part = unsafe {
             std::slice::from_raw_parts_mut(UnsafeSliceCell::raw_get(cells.as_ptr()), cells.len())
         };
@@ -257,13 +298,13 @@ impl<T> PhaseOutput<T> {
     ///
     /// # Panics
     ///
-    /// After an even number of barriers, or for a barrier of another job.
-    pub fn read<R>(&self, barrier: &mut JobBarrier<'_>, f: impl FnOnce(&[T]) -> R) -> R {
+    /// In a writing phase of this output, or for a barrier of another job.
+    pub fn read<R>(&self, barrier: &JobBarrier<'_>, f: impl FnOnce(&[T]) -> R) -> R {
         self.check(barrier, false);
-        // SAFETY: an odd phase: no participant writes until the next
-        // barrier completes, which needs this one (invariants); `f` cannot
-        // wait meanwhile (the barrier is borrowed) nor keep the slice (its
-        // lifetime is the call's).
+        // SAFETY: a reading phase: nobody writes this output until the
+        // next barrier completes, which needs this participant
+        // (invariants); `f` cannot wait meanwhile (the barrier is
+        // borrowed) nor keep the slice (its lifetime is the call's).
         let all = unsafe {
             std::slice::from_raw_parts(
                 UnsafeSliceCell::raw_get(self.values.as_ptr()),
@@ -273,6 +314,20 @@ impl<T> PhaseOutput<T> {
         f(all)
     }
 
+    /// The values between jobs, to read or refill; frees the output for
+    /// the next job (no job can be using it: this needs `&mut self`).
+    pub fn values_mut(&mut self) -> &mut [T] {
+        *self.claim.get_mut() = 0;
+        // SAFETY: `&mut self`: no job holds the output; the cells are
+        // contiguous `UnsafeSliceCell<T>`, laid out as `T`.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                UnsafeSliceCell::raw_get(self.values.as_ptr()),
+                self.values.len(),
+            )
+        }
+    }
+
     /// The values, once the job is over.
     pub fn into_vec(self) -> Vec<T> {
         self.values
@@ -280,6 +335,15 @@ impl<T> PhaseOutput<T> {
             .into_iter()
             .map(UnsafeSliceCell::into_inner)
             .collect()
+    }
+}
+
+/// Clears `JobBarrier::writing` when a write ends, even by a panic.
+struct Writing<'a>(&'a std::cell::Cell<bool>);
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
     }
 }
 
@@ -302,6 +366,8 @@ impl PhaseState {
             ns_per_tick,
             arrive_relaxed,
             departure_fence_dropped,
+            // Relaxed: a unique number is all that is needed.
+            id: NEXT_PHASED_JOB.fetch_add(1, process::Ordering::Relaxed),
         }
     }
 
@@ -515,6 +581,7 @@ impl Pool {
                 idx,
                 n,
                 passed: 0,
+                writing: std::cell::Cell::new(false),
             };
             let outcome = panic::catch_unwind(AssertUnwindSafe(|| f(idx, n, &mut barrier)));
             state.leave(idx + 1 == n, barrier.passed, outcome);

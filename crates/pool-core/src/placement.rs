@@ -27,19 +27,7 @@ impl Pool {
     /// add settings or see the error, [`Pool::builder`] for an explicit
     /// width, `global()` for the process-wide one.
     pub fn for_this_machine() -> Pool {
-        PoolBuilder::from_env()
-            .build()
-            .or_else(|err| {
-                tracing::warn!(%err, "pool-core: pinning refused; building the pool unpinned");
-                PoolBuilder::from_env().unpinned().build()
-            })
-            .unwrap_or_else(|err| {
-                tracing::error!(%err, "pool-core: no workers could start; running jobs on the caller");
-                Pool::builder()
-                    .workers(0)
-                    .build()
-                    .expect("a caller-only pool spawns nothing")
-            })
+        build_for_this_machine("", |builder| builder)
     }
 
     /// The decode pool for this machine: width from
@@ -102,6 +90,26 @@ impl Pool {
             io::Error::new(err.kind(), format!("pin the caller to CPU {cpu}: {err}"))
         })
     }
+}
+
+/// [`Pool::for_this_machine`] with `adjust` applied to each builder tried:
+/// pinned, then unpinned, then caller-only. `what` prefixes the log lines.
+pub(crate) fn build_for_this_machine(
+    what: &str,
+    adjust: impl Fn(PoolBuilder) -> PoolBuilder,
+) -> Pool {
+    adjust(PoolBuilder::from_env())
+        .build()
+        .or_else(|err| {
+            tracing::warn!(%err, "pool-core: {what}pinning refused; building the pool unpinned");
+            adjust(PoolBuilder::from_env().unpinned()).build()
+        })
+        .unwrap_or_else(|err| {
+            tracing::error!(%err, "pool-core: {what}no workers could start; running jobs on the caller");
+            adjust(Pool::builder().workers(0))
+                .build()
+                .expect("a caller-only pool spawns nothing")
+        })
 }
 
 impl PoolBuilder {

@@ -237,6 +237,13 @@ impl fmt::Debug for Pool {
     }
 }
 
+// A panic inside a job leaves the pool as it was: `run` waits for every
+// participant, re-raises the panic on the caller after the barrier, and
+// the next job starts from a clean slate (tests/panics.rs). So a `&Pool`
+// may cross `catch_unwind` without `AssertUnwindSafe`.
+impl std::panic::UnwindSafe for Pool {}
+impl std::panic::RefUnwindSafe for Pool {}
+
 impl Drop for Pool {
     /// Wakes every worker, parked or spinning, and joins them. No job can be
     /// in flight: `run` borrows the pool.

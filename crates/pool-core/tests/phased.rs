@@ -226,3 +226,137 @@ fn a_phased_job_inside_another_pools_job_keeps_its_barriers() {
         assert_eq!(sums[0].load(Ordering::Relaxed), m * (m + 1) / 2);
     });
 }
+
+/// Each phase every participant writes its part of a `PhaseOutput`, then
+/// after the barrier reads all of it: the safe form of `check_phases`.
+#[test]
+fn phase_outputs_carry_every_part_to_every_participant_at_every_width() {
+    watched("phase output", |stage| {
+        for workers in 0..4 {
+            stage.set(format!("{workers} workers"));
+            let pool = Pool::new(workers);
+            let out = pool_core::PhaseOutput::new(vec![0u64; 37]);
+            pool.run_phased(|_, _, barrier| {
+                for phase in 0..PHASES as u64 {
+                    out.write(barrier, |start, part| {
+                        for (i, v) in part.iter_mut().enumerate() {
+                            *v = phase * 1000 + (start + i) as u64;
+                        }
+                    });
+                    barrier.wait();
+                    out.read(barrier, |all| {
+                        for (i, &v) in all.iter().enumerate() {
+                            assert_eq!(v, phase * 1000 + i as u64, "element {i}, phase {phase}");
+                        }
+                    });
+                    barrier.wait();
+                }
+            });
+            let last = (PHASES as u64 - 1) * 1000;
+            assert_eq!(
+                out.into_vec(),
+                (0..37).map(|i| last + i).collect::<Vec<_>>()
+            );
+        }
+    });
+}
+
+#[test]
+fn reading_a_phase_output_in_its_writing_phase_panics_instead_of_racing() {
+    watched("wrong parity", |_| {
+        let pool = Pool::new(2);
+        let out = pool_core::PhaseOutput::new(vec![0u32; 8]);
+        let err = catch_unwind(AssertUnwindSafe(|| {
+            pool.run_phased(|_, _, barrier| {
+                out.write(barrier, |_, part| part.fill(1));
+                out.read(barrier, |all| all.len());
+            })
+        }))
+        .expect_err("a read in the phase that writes is refused");
+        assert!(panic_message(err).contains("this output is written"));
+    });
+}
+
+#[test]
+fn writing_a_phase_output_in_its_reading_phase_panics_instead_of_racing() {
+    watched("wrong parity", |_| {
+        let pool = Pool::new(2);
+        let out = pool_core::PhaseOutput::new(vec![0u32; 8]);
+        let err = catch_unwind(AssertUnwindSafe(|| {
+            pool.run_phased(|_, _, barrier| {
+                out.write(barrier, |_, part| part.fill(1));
+                barrier.wait();
+                out.write(barrier, |_, part| part.fill(2));
+            })
+        }))
+        .expect_err("a write in the phase after a write is refused");
+        assert!(panic_message(err).contains("this output is read"));
+    });
+}
+
+#[test]
+fn one_phase_output_serves_one_job_until_values_mut_hands_it_on() {
+    watched("two jobs", |_| {
+        let pool = Pool::new(1);
+        let other = Pool::new(1);
+        let mut out = pool_core::PhaseOutput::new(vec![0u32; 4]);
+        pool.run_phased(|_, _, barrier| out.write(barrier, |_, part| part.fill(1)));
+        // A second job may be running beside the first (another pool,
+        // another thread): refused, even once the first is over...
+        let err = catch_unwind(AssertUnwindSafe(|| {
+            other.run_phased(|_, _, barrier| out.write(barrier, |_, part| part.fill(2)))
+        }))
+        .expect_err("a second job is refused");
+        assert!(panic_message(err).contains("two jobs"));
+        // ...until exclusive access proves no job holds it.
+        assert_eq!(out.values_mut(), [1, 1, 1, 1]);
+        other.run_phased(|_, _, barrier| out.write(barrier, |_, part| part.fill(2)));
+        assert_eq!(out.values_mut(), [2, 2, 2, 2]);
+    });
+}
+
+#[test]
+fn a_phase_reads_one_output_while_it_writes_the_next() {
+    watched("read and write", |_| {
+        let pool = Pool::new(2);
+        let x: Vec<u64> = (0..50).collect();
+        let (h, y) = (
+            pool_core::PhaseOutput::new(vec![0u64; 50]),
+            pool_core::PhaseOutput::new(vec![0u64; 50]),
+        );
+        pool.run_phased(|_, _, barrier| {
+            h.write(barrier, |start, part| {
+                for (i, v) in part.iter_mut().enumerate() {
+                    *v = 3 * x[start + i];
+                }
+            });
+            barrier.wait();
+            h.read(barrier, |h| {
+                y.write(barrier, |start, part| {
+                    for (i, v) in part.iter_mut().enumerate() {
+                        *v = h[start + i] + h[49 - (start + i)];
+                    }
+                })
+            });
+        });
+        assert!(y.into_vec().iter().all(|&v| v == 3 * 49));
+    });
+}
+
+#[test]
+fn a_write_inside_a_write_of_the_same_output_panics_instead_of_aliasing() {
+    watched("nested write", |_| {
+        let pool = Pool::new(0);
+        let out = pool_core::PhaseOutput::new(vec![0u8; 4]);
+        let err = catch_unwind(AssertUnwindSafe(|| {
+            pool.run_phased(|_, _, barrier| {
+                out.write(barrier, |_, outer| {
+                    out.write(barrier, |_, inner| inner[0] = 1);
+                    outer[0] = 2;
+                })
+            })
+        }))
+        .expect_err("the inner write is refused");
+        assert!(panic_message(err).contains("inside another write"));
+    });
+}

@@ -212,6 +212,20 @@ int32_t pool_set_spin(struct PoolHandle *pool, int64_t spins);
  */
 size_t pool_all_worker_tids(int32_t *out, size_t capacity);
 
+/**
+ * Writes this process's environment warnings (a variable that did not
+ * parse, each with what was used instead; one line each, first warning per
+ * variable) to `out` as a NUL-terminated string of at most `capacity`
+ * bytes, and returns the full length without the NUL, like `snprintf`: a
+ * result `>= capacity` means the text was cut. Empty when every variable
+ * parsed. Call it after creating a pool, which is when they are read.
+ *
+ * # Safety
+ *
+ * `out` holds `capacity` writable bytes (or is NULL with `capacity` 0).
+ */
+size_t pool_env_warnings(char *out, size_t capacity);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

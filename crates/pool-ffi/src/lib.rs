@@ -363,3 +363,31 @@ pub unsafe extern "C" fn pool_all_worker_tids(out: *mut i32, capacity: usize) ->
     }
     tids.len()
 }
+
+/// Writes this process's environment warnings (a variable that did not
+/// parse, each with what was used instead; one line each, first warning per
+/// variable) to `out` as a NUL-terminated string of at most `capacity`
+/// bytes, and returns the full length without the NUL, like `snprintf`: a
+/// result `>= capacity` means the text was cut. Empty when every variable
+/// parsed. Call it after creating a pool, which is when they are read.
+///
+/// # Safety
+///
+/// `out` holds `capacity` writable bytes (or is NULL with `capacity` 0).
+#[no_mangle]
+pub unsafe extern "C" fn pool_env_warnings(out: *mut std::ffi::c_char, capacity: usize) -> usize {
+    let text: String = pool_core::env_warnings()
+        .iter()
+        .map(|warning| format!("{warning}\n"))
+        .collect();
+    if !out.is_null() && capacity > 0 {
+        let copied = text.len().min(capacity - 1);
+        // SAFETY: `copied + 1 <= capacity` writable bytes, by the contract;
+        // `text` is a separate allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), out.cast::<u8>(), copied);
+            out.add(copied).write(0);
+        }
+    }
+    text.len()
+}

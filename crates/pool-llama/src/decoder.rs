@@ -235,7 +235,7 @@ impl Model {
     ) {
         let input = PreparedInput::new(x, [gate.ty, up.ty]);
         let (gate, up) = (self.weights(gate), self.weights(up));
-        exec.run_rows_into(out, &|start, rows| {
+        exec.run_rows_into(out, |start, rows| {
             let mut ups = [0.0f32; SWIGLU_ROWS];
             for (k, g) in rows.chunks_mut(SWIGLU_ROWS).enumerate() {
                 let first = start + k * SWIGLU_ROWS;
@@ -260,7 +260,7 @@ impl Model {
         let values = &s.value_cache[layer_cache..layer_cache + (pos + 1) * kv_dim];
         let q = &s.q;
         let scale = 1.0 / (hs as f32).sqrt();
-        exec.run_rows_into(&mut s.heads, &|first, heads| {
+        exec.run_rows_into(&mut s.heads, |first, heads| {
             for (i, head) in heads.iter_mut().enumerate() {
                 let h = first + i;
                 let q = &q[h * hs..(h + 1) * hs];

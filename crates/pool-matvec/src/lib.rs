@@ -76,9 +76,3 @@ pub use serial::Serial;
 pub use shape::{should_parallelize, PARALLEL_THRESHOLD};
 pub use tier::{quantized_kernel_name, simd_tier, SimdTier, SIMD_TIER_ENV};
 pub use weights::{PreparedInput, WeightType, Weights, WeightsError};
-
-// docs/embedding.md, compiled: every Rust snippet there is a doctest of
-// this crate (not under Miri: they build pools and leave the global one).
-#[cfg(all(doctest, not(miri)))]
-#[doc = include_str!("../../../docs/embedding.md")]
-pub struct EmbeddingGuide;

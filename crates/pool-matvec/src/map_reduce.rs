@@ -64,7 +64,7 @@ pub fn map_reduce<R: Send>(
         // One job over the chunk slots: the gate was passed on `len`, not
         // on the slot count.
         let exec = pool.rows();
-        crate::RowsInto::run_rows_into(exec, &mut values, &|first, slots| {
+        crate::RowsInto::run_rows_into(exec, &mut values, |first, slots| {
             for (k, value) in slots.iter_mut().enumerate() {
                 *value = Some(map(chunk(len, chunks, first + k)));
             }

@@ -4,7 +4,7 @@
 //! use pool_matvec::prelude::*;
 //! let pool = Pool::for_this_machine();
 //! let mut out = vec![0.0f32; 1000];
-//! pool.run_rows_into(&mut out, &|start, rows| {
+//! pool.run_rows_into(&mut out, |start, rows| {
 //!     for (i, row) in rows.iter_mut().enumerate() {
 //!         *row = (start + i) as f32;
 //!     }

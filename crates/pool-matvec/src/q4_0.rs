@@ -142,7 +142,7 @@ pub(crate) fn rows_into(
         None => (dot(w0, x), dot(w1, x)),
     };
     let row = |r: usize| &w[r * blocks_per_row..(r + 1) * blocks_per_row];
-    exec.run_rows_into(out, &|start, chunk| {
+    exec.run_rows_into(out, |start, chunk| {
         let mut pairs = chunk.chunks_exact_mut(2);
         let mut r = start;
         for pair in &mut pairs {

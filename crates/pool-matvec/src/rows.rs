@@ -122,7 +122,7 @@ pub unsafe trait RowParallel {
 ///     }
 /// }
 /// let mut squares = vec![0usize; 1000];
-/// ScopedThreads(3).run_rows_into(&mut squares, &|start, rows| {
+/// ScopedThreads(3).run_rows_into(&mut squares, |start, rows| {
 ///     for (i, row) in rows.iter_mut().enumerate() {
 ///         *row = (start + i) * (start + i);
 ///     }
@@ -191,7 +191,7 @@ pub type RowsIntoFn<'a, T> = dyn Fn(usize, &mut [T]) + Sync + 'a;
 pub trait RowsInto: RowParallel {
     /// [`RowParallel::run_rows`] over `out.len()` rows: `f(start, rows)`
     /// with `rows` the `&mut` slice `out[start..start + rows.len()]`.
-    fn run_rows_into<T: Send>(&self, out: &mut [T], f: &RowsIntoFn<'_, T>) {
+    fn run_rows_into<T: Send>(&self, out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
         let target = DisjointRows::new(out);
         self.run_rows(target.len(), &|start, end| {
             // SAFETY: run_rows hands out each range once per job

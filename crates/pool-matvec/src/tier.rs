@@ -201,12 +201,22 @@ fn tier_from(requested: Option<&str>, detected: SimdTier) -> SimdTier {
     match SimdTier::parse(value) {
         Some(tier) if tier.is_available() && tier <= detected => tier,
         Some(tier) => {
-            tracing::warn!("{SIMD_TIER_ENV}={value}: this CPU cannot run {tier}; using {detected}");
+            pool_topo::warn_env(
+                SIMD_TIER_ENV,
+                value,
+                format_args!(
+                    "{SIMD_TIER_ENV}={value}: this CPU cannot run {tier}; using {detected}"
+                ),
+            );
             detected
         }
         None => {
-            tracing::warn!(
-                "{SIMD_TIER_ENV}={value} is not a tier (portable, neon, avx2, avx512); using {detected}"
+            pool_topo::warn_env(
+                SIMD_TIER_ENV,
+                value,
+                format_args!(
+                    "{SIMD_TIER_ENV}={value} is not a tier (portable, neon, avx2, avx512); using {detected}"
+                ),
             );
             detected
         }

@@ -103,3 +103,28 @@ fn an_empty_range_is_none_and_every_index_is_mapped_once_in_order() {
         assert!(ranges.iter().all(|r| !r.is_empty()), "{len}");
     }
 }
+
+#[test]
+fn an_adaptive_pool_beside_busy_processes_gives_the_same_bits_every_call() {
+    watched("map_reduce_busy", |stage| {
+        let data = values(if cfg!(miri) { 300_000 } else { 1_000_000 });
+        let expected = sum_bits(None, &data);
+        // Miri cannot spawn processes; the other tests cover the bits.
+        let _busy = if cfg!(miri) {
+            None
+        } else {
+            Some(testkit::BusyProcesses::start(2).expect("busy processes"))
+        };
+        for workers in [1, 2, 3] {
+            stage.set(format!("{workers} workers beside two busy processes"));
+            let pool = Pool::new(workers);
+            for call in 0..if cfg!(miri) { 1 } else { 200 } {
+                assert_eq!(
+                    sum_bits(Some(&pool), &data),
+                    expected,
+                    "{workers} workers, call {call}"
+                );
+            }
+        }
+    });
+}

@@ -202,7 +202,7 @@ fn run_rows_into_and_run_many_into_hand_each_range_its_own_rows() {
                 ));
                 // Each element gets its own index, written once.
                 let mut out = vec![usize::MAX; rows];
-                exec.run_rows_into(&mut out, &|start, chunk| {
+                exec.run_rows_into(&mut out, |start, chunk| {
                     for (i, v) in chunk.iter_mut().enumerate() {
                         assert_eq!(*v, usize::MAX, "row {} written twice", start + i);
                         *v = start + i;
@@ -266,7 +266,7 @@ fn a_broadcast_executor_that_runs_the_job_twice_still_writes_each_row_once() {
                 calls_per_thread,
             };
             let mut out = vec![0u32; rows];
-            exec.run_rows_into(&mut out, &|start, rows| {
+            exec.run_rows_into(&mut out, |start, rows| {
                 for (i, row) in rows.iter_mut().enumerate() {
                     *row += (start + i) as u32 + 1;
                 }

@@ -23,6 +23,7 @@
 mod affinity;
 mod cgroup;
 mod cpulist;
+mod env_warnings;
 mod error;
 mod hetero;
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -41,6 +42,7 @@ pub use cgroup::{
     CGROUP_ROOT,
 };
 pub use cpulist::{format_cpu_list, parse_cpu_list};
+pub use env_warnings::{env_warnings, warn_env, EnvWarning};
 pub use error::TopoError;
 pub use hetero::{ClassSource, CoreClass};
 #[cfg(any(target_os = "linux", target_os = "android"))]

@@ -128,7 +128,11 @@ pub fn parse_numa_setting(value: Option<&str>) -> Result<NumaSetting, TopoError>
 pub fn numa_setting_from_env() -> NumaSetting {
     let raw = std::env::var(NUMA_ENV).ok();
     parse_numa_setting(raw.as_deref()).unwrap_or_else(|err| {
-        tracing::warn!(%err, "pool-topo: ignoring invalid {NUMA_ENV}; using auto");
+        crate::warn_env(
+            NUMA_ENV,
+            raw.as_deref().unwrap_or_default(),
+            format_args!("pool-topo: ignoring invalid {NUMA_ENV} ({err}); using auto"),
+        );
         NumaSetting::Auto
     })
 }

@@ -64,10 +64,12 @@ pub struct ResolvedWidth {
 /// topology and quota. A value that does not parse or is 0 is warned about,
 /// naming the variable and value, and skipped.
 pub fn resolve_cpu_threads(explicit: Option<usize>) -> ResolvedWidth {
-    resolve_cpu_threads_with(
+    resolve_width(
         explicit,
         |name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()),
         || default_cpu_threads(&CpuTopology::detect(), quota_cpus()),
+        // The real environment: never silent (see `warn_env`).
+        crate::warn_env,
     )
 }
 
@@ -77,6 +79,19 @@ pub fn resolve_cpu_threads_with(
     explicit: Option<usize>,
     env: impl Fn(&str) -> Option<String>,
     default: impl FnOnce() -> usize,
+) -> ResolvedWidth {
+    // A supplied environment is not the process's: warn, but keep it out
+    // of `env_warnings`.
+    resolve_width(explicit, env, default, |variable, value, message| {
+        tracing::warn!(variable, value, "{message}")
+    })
+}
+
+fn resolve_width(
+    explicit: Option<usize>,
+    env: impl Fn(&str) -> Option<String>,
+    default: impl FnOnce() -> usize,
+    warn: impl Fn(&'static str, &str, String),
 ) -> ResolvedWidth {
     match explicit {
         Some(0) => tracing::warn!("pool-topo: an explicit width of 0 threads is ignored"),
@@ -95,10 +110,10 @@ pub fn resolve_cpu_threads_with(
         let Some(value) = env(name) else { continue };
         match value.trim().parse::<usize>() {
             Ok(threads) if threads > 0 => return ResolvedWidth { threads, source },
-            _ => tracing::warn!(
-                variable = name,
-                value,
-                "pool-topo: {name}={value:?} is not a positive thread count; ignoring it"
+            _ => warn(
+                name,
+                &value,
+                format!("pool-topo: {name}={value:?} is not a positive thread count; ignoring it"),
             ),
         }
     }

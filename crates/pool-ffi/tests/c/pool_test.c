@@ -111,6 +111,18 @@ int main(void) {
     pool_destroy(two);
     pool_destroy(NULL);
     CHECK(pool_workers(NULL) == 0, "null handle reads as empty");
+
+    /* The runner sets CMF_POOL_SPIN=fast: a bad value the pools above read,
+       ignored for the adaptive policy and reported here. */
+    size_t needed = pool_env_warnings(NULL, 0);
+    CHECK(needed > 0, "a bad environment value is reported");
+    char text[512];
+    CHECK(pool_env_warnings(text, sizeof text) == needed, "the full length every call");
+    CHECK(strstr(text, "CMF_POOL_SPIN") != NULL && strstr(text, "fast") != NULL,
+          "the warning names the variable and its value");
+    char cut[8];
+    CHECK(pool_env_warnings(cut, sizeof cut) == needed && strlen(cut) == sizeof cut - 1,
+          "a short buffer is cut and terminated");
     free(s.out);
     printf("all passed\n");
     return 0;
