@@ -190,7 +190,7 @@ pub struct Scenario {
     /// Mask of the entering thread, restored on drop (settings 2, 3).
     restore_mask: Option<Vec<usize>>,
     neighbour: Option<Child>,
-    quota: Option<testkit::CpuQuotaGroup>,
+    quota: Option<pool_topo::CpuQuotaGroup>,
     throttled_at_entry: Option<u64>,
     built: HashMap<(Exec, usize), Built>,
 }
@@ -225,7 +225,7 @@ impl Scenario {
             8 => s.neighbour = Some(decoding_process()?),
             9 => {
                 let name = format!("pool-bench-{}", std::process::id());
-                let group = testkit::CpuQuotaGroup::create(&name, 1.0)?;
+                let group = pool_topo::CpuQuotaGroup::create(&name, 1.0)?;
                 group
                     .add_process(std::process::id())
                     .map_err(|err| format!("cannot join cgroup {name}: {err}"))?;

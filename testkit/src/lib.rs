@@ -1,21 +1,19 @@
-//! Test support for the pool crates (published as `pool-testkit`, library
-//! name `testkit`), and for engines testing their use of the pool.
+//! Test support for the pool crates (package `pool-testkit`, library name
+//! `testkit`; not published, a path-only dev-dependency).
 //!
 //! - [`watchdog`]: every test that waits on threads runs its body under one,
 //!   so a hang becomes a failure naming the stage it stopped at;
 //! - [`capture_warnings`]: collects `tracing` output of a closure, for tests
 //!   that pin down what is logged;
-//! - [`CpuQuotaGroup`]: a temporary cgroup with a CPU quota, to put the pool
-//!   in a container's setting;
+//! - [`BusyProcesses`]: CPU-bound processes beside a test, as on a CI
+//!   runner or a laptop (a CPU-quota cgroup is `pool_topo::CpuQuotaGroup`);
 //! - [`gguf`]: a GGUF writer, for model files of any type and shape
 //!   (broken ones included).
 
 mod busy;
-mod cgroup;
 pub mod gguf;
 
 pub use busy::BusyProcesses;
-pub use cgroup::CpuQuotaGroup;
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};

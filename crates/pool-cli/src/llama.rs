@@ -27,10 +27,22 @@ pub(crate) enum Executor {
     /// The calling thread only.
     Serial,
     /// llama2.c's forward pass in C with OpenMP (`-Ofast -march=native
-    /// -fopenmp`), on the same weights: the peer C engines are.
+    /// -fopenmp`) on the same weights: how C engines parallelise decode.
     #[value(name = "openmp")]
     #[serde(rename = "openmp")]
     OpenMp,
+}
+
+impl Executor {
+    /// The name `--executor` takes and the JSON shows.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Executor::Pool => "pool",
+            Executor::Rayon => "rayon",
+            Executor::Serial => "serial",
+            Executor::OpenMp => "openmp",
+        }
+    }
 }
 
 /// The model shapes `pool random-checkpoint` writes.
@@ -42,6 +54,16 @@ pub(crate) enum Shape {
     /// dim 768, 12 layers, 12 heads, vocab 32000 (~440 MB).
     #[value(name = "stories110M")]
     Stories110M,
+}
+
+impl Shape {
+    /// The name `--shape` takes.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Shape::Stories15M => "stories15M",
+            Shape::Stories110M => "stories110M",
+        }
+    }
 }
 
 /// `pool random-checkpoint`: the checkpoint, and optionally a tokenizer
@@ -66,7 +88,7 @@ pub(crate) fn write_random(
     if json {
         let report = serde_json::json!({
             "path": out.display().to_string(),
-            "shape": format!("{shape:?}"),
+            "shape": shape.name(),
             "seed": seed,
             "megabytes": mb,
             "tokenizer": tokenizer.map(|p| p.display().to_string()),
@@ -76,7 +98,11 @@ pub(crate) fn write_random(
             serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
         );
     } else {
-        println!("{}: random {shape:?} checkpoint, {mb:.1} MB", out.display());
+        println!(
+            "{}: random {} checkpoint, {mb:.1} MB (random weights: decodes to meaningless tokens)",
+            out.display(),
+            shape.name()
+        );
         if let Some(path) = tokenizer {
             println!(
                 "{}: a made-up tokenizer of {} tokens",
@@ -343,12 +369,12 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
             residence_name(&model)
         );
         println!(
-            "tensors {}; kernels {} (quantized: {}); {:?} executor, {threads} {}",
+            "tensors {}; kernels {} (quantized: {}); {} executor, {}",
             types_line(&model),
             tier.name(),
             pool_matvec::quantized_kernel_name(tier),
-            o.executor,
-            if threads == 1 { "thread" } else { "threads" }
+            o.executor.name(),
+            crate::threads_phrase(threads)
         );
     }
     let dispatches_before = pool_core::dispatch_count();
@@ -454,8 +480,9 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         report.dispatches_per_token
     );
     println!(
-        "bound: {:.1} GB/s read ceiling over the weights at {threads} threads / {:.1} MB per token = {:.1} tokens/s; reached {:.0} %",
+        "bound: {:.1} GB/s read ceiling over the weights at {} / {:.1} MB per token = {:.1} tokens/s; reached {:.0} %",
         ceiling,
+        crate::threads_phrase(threads),
         bytes_per_token as f64 / 1e6,
         bound,
         100.0 * report.share_of_bound

@@ -21,7 +21,14 @@ use pool_matvec::decode::{DecodeConfig, WeightFormat};
 /// See this machine's topology, measure the pool against rayon and serial,
 /// and find the width and spin budget that pay here.
 #[derive(Parser, Debug)]
-#[command(name = "pool", version, about, long_about = None)]
+#[command(
+    name = "pool",
+    version,
+    about,
+    long_about = None,
+    after_help = "With no command, `pool` runs `pool topo` and then `pool bench --quick` \
+                  (under 30 seconds)."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -204,6 +211,23 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    if let Some(Command::Bench { .. } | Command::Tune { .. }) = &cli.command {
+        // Their from_env pools take this width.
+        let width = pool_topo::resolve_cpu_threads(None);
+        if width.source != pool_topo::WidthSource::Topology {
+            warn_if_wider_than_the_machine(
+                &format!("pool ({} = {})", width.source, width.threads),
+                width.threads,
+            );
+        }
+    }
+    if let Some(Command::Tune {
+        max_threads: Some(max),
+        ..
+    }) = &cli.command
+    {
+        warn_if_wider_than_the_machine("pool tune --max-threads", *max as usize);
+    }
     let result = match cli.command {
         None => overview(),
         Some(Command::Topo {
@@ -346,10 +370,20 @@ pub(crate) fn warn_if_wider_than_the_machine(what: &str, threads: usize) {
     let cpus = pool_topo::usable_cpus();
     if threads > cpus {
         eprintln!(
-            "{what}: warning: {threads} threads on {cpus} usable CPUs: the pool is \
-             oversubscribed ({} threads share CPUs)",
-            threads - cpus
+            "{what}: warning: {} on {cpus} usable CPUs: the pool is oversubscribed \
+             ({} share CPUs)",
+            threads_phrase(threads),
+            threads_phrase(threads - cpus)
         );
+    }
+}
+
+/// "1 thread", "2 threads".
+pub(crate) fn threads_phrase(threads: usize) -> String {
+    if threads == 1 {
+        "1 thread".to_owned()
+    } else {
+        format!("{threads} threads")
     }
 }
 

@@ -87,6 +87,7 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
             config.hidden
         ));
     }
+    check_fits_in_memory(&config, o.format, pool_topo::available_memory_bytes())?;
     let model = DecodeModel::random(config, o.format, 42);
     let total = max * (o.spins.len() + 1) + 1;
     let bar = if o.json {
@@ -274,4 +275,70 @@ fn draw(
         .draw()
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
+}
+
+/// Refuses a shape whose weights (plus the activations, a few rows) cannot
+/// fit in `available` bytes, before allocating them: a 40 GB model on a
+/// 16 GB machine is an error that says so, not an abort.
+pub(crate) fn check_fits_in_memory(
+    config: &DecodeConfig,
+    format: WeightFormat,
+    available: Option<u64>,
+) -> Result<(), String> {
+    let shape = format!(
+        "--model {},{},{},{}",
+        config.dim, config.hidden, config.layers, config.vocab
+    );
+    let Some(bytes) = config.checked_weight_bytes(format) else {
+        return Err(format!(
+            "{shape}: the weights' size does not fit in 64 bits"
+        ));
+    };
+    match available {
+        Some(available) if bytes as u64 > available / 10 * 9 => Err(format!(
+            "{shape} in {}: {:.1} GB of weights, and this machine has {:.1} GB of memory              available; pick a smaller shape",
+            format.name(),
+            bytes as f64 / 1e9,
+            available as f64 / 1e9
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(dim: usize, hidden: usize, layers: usize, vocab: usize) -> DecodeConfig {
+        DecodeConfig {
+            dim,
+            hidden,
+            layers,
+            vocab,
+        }
+    }
+
+    #[test]
+    fn a_model_larger_than_memory_is_refused_before_allocating() {
+        let huge = shape(100_000, 100_000, 10, 100_000);
+        let err = check_fits_in_memory(&huge, WeightFormat::F32, Some(16 << 30)).unwrap_err();
+        assert!(
+            err.contains("GB of weights") && err.contains("17.2 GB"),
+            "{err}"
+        );
+        let small = shape(256, 512, 2, 2000);
+        assert_eq!(
+            check_fits_in_memory(&small, WeightFormat::F32, Some(16 << 30)),
+            Ok(())
+        );
+        // Unknown memory: go ahead.
+        assert_eq!(check_fits_in_memory(&huge, WeightFormat::F32, None), Ok(()));
+    }
+
+    #[test]
+    fn a_shape_whose_size_overflows_is_refused() {
+        let absurd = shape(usize::MAX / 2, 4, 4, 4);
+        let err = check_fits_in_memory(&absurd, WeightFormat::F32, None).unwrap_err();
+        assert!(err.contains("64 bits"), "{err}");
+    }
 }

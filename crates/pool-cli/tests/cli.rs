@@ -129,7 +129,7 @@ fn bad_flags_and_values_are_refused_with_a_message() {
 
 #[test]
 fn every_subcommand_explains_itself() {
-    for sub in ["topo", "bench", "tune"] {
+    for sub in ["topo", "bench", "tune", "decode", "random-checkpoint"] {
         let out = pool(&[sub, "--help"]);
         assert!(out.status.success());
         assert!(
@@ -561,4 +561,162 @@ fn topo_text_states_the_rule_the_policy_and_warnings_in_plain_lists() {
         "no debug output: {text}"
     );
     assert!(!text.contains('\u{1b}'), "no colour codes when piped");
+}
+
+/// The rough edges a new user met, each pinned down.
+#[test]
+fn pool_help_says_what_pool_alone_does() {
+    let out = pool(&["--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("With no command"), "{text}");
+    assert!(text.contains("pool bench --quick"), "{text}");
+}
+
+#[test]
+fn decode_help_finishes_its_sentences() {
+    let out = pool(&["decode", "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("how C engines parallelise decode"), "{text}");
+    assert!(!text.contains("engines are\n"), "{text}");
+}
+
+#[test]
+fn random_checkpoint_json_names_the_shape_as_the_flag_does_and_warns_of_random_tokens() {
+    let model = TempFile::new("rc.bin");
+    let r = json(&[
+        "random-checkpoint",
+        "--shape",
+        "stories15M",
+        model.path(),
+        "--json",
+    ]);
+    assert_eq!(r["shape"], "stories15M");
+    assert!(r["megabytes"].as_f64().unwrap() > 50.0);
+    let text = pool(&["random-checkpoint", "--shape", "stories15M", model.path()]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("meaningless tokens"));
+}
+
+#[test]
+fn decode_warns_when_wider_than_the_machine_and_counts_threads_in_good_english() {
+    let model = TempFile::new("wide.bin");
+    assert!(
+        pool(&["random-checkpoint", "--shape", "stories15M", model.path()])
+            .status
+            .success()
+    );
+    let cpus = pool_topo::usable_cpus();
+    let wide = (cpus + 2).to_string();
+    let out = pool(&["decode", model.path(), "--steps", "2", "--threads", &wide]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("oversubscribed") && stderr.contains(&format!("{wide} threads")),
+        "{stderr}"
+    );
+    let one = pool(&["decode", model.path(), "--steps", "2", "--threads", "1"]);
+    let stdout = String::from_utf8_lossy(&one.stdout);
+    assert!(
+        stdout.contains("1 thread") && !stdout.contains("1 threads"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("pool executor"), "{stdout}");
+    assert!(stdout.contains("meaningless tokens"), "{stdout}");
+}
+
+#[test]
+fn a_width_from_the_environment_wider_than_the_machine_is_warned_about() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let wide = (pool_topo::usable_cpus() + 1).to_string();
+    // `tune` with a tiny grid: the warning comes before any measuring.
+    let out = Command::new(env!("CARGO_BIN_EXE_pool"))
+        .args([
+            "tune",
+            "--quick",
+            "--spins",
+            "0",
+            "--max-threads",
+            "1",
+            "--tokens",
+            "1",
+            "--json",
+        ])
+        .env("FERROX_CPU_THREADS", &wide)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("FERROX_CPU_THREADS") && stderr.contains("oversubscribed"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn tune_refuses_a_model_larger_than_memory_before_allocating_it() {
+    let out = pool(&["tune", "--model", "100000,100000,10,100000", "--json"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("GB of weights") && stderr.contains("smaller"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_directory_or_a_short_tokenizer_is_named_as_such() {
+    let dir = std::env::temp_dir();
+    let out = pool(&["decode", dir.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a directory"));
+    let model = TempFile::new("tok-model.bin");
+    assert!(
+        pool(&["random-checkpoint", "--shape", "stories15M", model.path()])
+            .status
+            .success()
+    );
+    let tokenizer = TempFile::new("tok-short.bin");
+    std::fs::write(&tokenizer.0, numbered_tokenizer(100)).unwrap();
+    let out = pool(&["decode", model.path(), "--tokenizer", tokenizer.path()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the tokenizer has 100 tokens, the model 32000"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn every_field_of_the_decode_json_is_documented() {
+    let model = TempFile::new("doc-fields.bin");
+    assert!(
+        pool(&["random-checkpoint", "--shape", "stories15M", model.path()])
+            .status
+            .success()
+    );
+    let r = json(&["decode", model.path(), "--steps", "2", "--json"]);
+    let docs = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/cli.md"),
+    )
+    .unwrap();
+    let section = docs
+        .split("## `pool decode")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("docs/cli.md has a decode section");
+    for field in r.as_object().unwrap().keys() {
+        assert!(
+            section.contains(&format!("`{field}`")),
+            "decode's JSON field `{field}` is not in docs/cli.md"
+        );
+    }
+    for field in r["config"].as_object().unwrap().keys() {
+        assert!(section.contains(&format!("`{field}`")), "config.{field}");
+    }
 }

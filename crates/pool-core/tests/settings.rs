@@ -140,7 +140,7 @@ fn quota_child() {
 fn a_pool_inside_a_one_cpu_quota_sees_the_quota() {
     watched("quota", |_| {
         let name = format!("pool-core-test-{}", std::process::id());
-        let group = match testkit::CpuQuotaGroup::create(&name, 1.0) {
+        let group = match pool_topo::CpuQuotaGroup::create(&name, 1.0) {
             Ok(group) => group,
             Err(reason) => {
                 eprintln!("cannot create a cgroup here ({reason}): skipping");

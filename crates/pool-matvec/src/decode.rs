@@ -57,13 +57,30 @@ impl DecodeConfig {
     }
 
     /// Weight bytes streamed per token in `format`.
+    ///
+    /// # Panics
+    ///
+    /// When the count does not fit a `usize` ([`DecodeConfig::checked_weight_bytes`]
+    /// says `None` instead).
     pub fn weight_bytes(&self, format: WeightFormat) -> usize {
-        let per_layer = 4 * self.dim * self.dim + 3 * self.dim * self.hidden;
-        let values = self.layers * per_layer + self.vocab * self.dim;
+        self.checked_weight_bytes(format)
+            .expect("the model's weight bytes overflow usize")
+    }
+
+    /// [`DecodeConfig::weight_bytes`], `None` when it overflows (a shape
+    /// from the command line).
+    pub fn checked_weight_bytes(&self, format: WeightFormat) -> Option<usize> {
+        let square = self.dim.checked_mul(self.dim)?.checked_mul(4)?;
+        let ffn = self.dim.checked_mul(self.hidden)?.checked_mul(3)?;
+        let per_layer = square.checked_add(ffn)?;
+        let values = self
+            .layers
+            .checked_mul(per_layer)?
+            .checked_add(self.vocab.checked_mul(self.dim)?)?;
         match format {
-            WeightFormat::F32 => values * 4,
-            WeightFormat::Q8_0 => values / QK8_0 * std::mem::size_of::<BlockQ8_0>(),
-            WeightFormat::Q4_0 => values / QK8_0 * std::mem::size_of::<BlockQ4_0>(),
+            WeightFormat::F32 => values.checked_mul(4),
+            WeightFormat::Q8_0 => Some(values / QK8_0 * std::mem::size_of::<BlockQ8_0>()),
+            WeightFormat::Q4_0 => Some(values / QK8_0 * std::mem::size_of::<BlockQ4_0>()),
         }
     }
 }

@@ -30,8 +30,11 @@ mod hetero;
 mod huge_pages;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod mapped_file;
+mod memory;
 mod numa;
 mod plan;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod quota_group;
 mod topology;
 mod two_nodes;
 mod width;
@@ -51,6 +54,7 @@ pub use huge_pages::HugePageCopy;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[cfg_attr(docsrs, doc(cfg(any(target_os = "linux", target_os = "android"))))]
 pub use mapped_file::MappedFile;
+pub use memory::{available_memory_bytes, parse_mem_available};
 pub use numa::{
     bind_to_node, decide_node_for, decide_numa_node, node_of_pages, numa_maps_counts, numa_nodes,
     numa_setting_from_env, parse_numa_setting, plan_node_binding, NodeBinding, NumaDecision,
@@ -60,6 +64,9 @@ pub use numa::{
 pub use plan::{
     clamp_intra_op_threads, placement_order, plan_cpu_pool, plan_cpu_pool_in, CpuPoolPlan,
 };
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg_attr(docsrs, doc(cfg(any(target_os = "linux", target_os = "android"))))]
+pub use quota_group::CpuQuotaGroup;
 pub use topology::{
     perf_core_count, physical_core_count, CpuTopology, PhysicalCore, SYSFS_CPU_ROOT,
 };

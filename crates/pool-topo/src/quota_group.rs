@@ -1,5 +1,6 @@
 //! A temporary cgroup with a CPU quota, for tests and benchmarks that must
-//! put the pool in a container-like setting (root only).
+//! put a pool in a container-like setting for real (root only): what
+//! [`crate::quota_cpus`] reads, made.
 //!
 //! Tries the cgroup v1 `cpu` controller (`/sys/fs/cgroup/cpu` or
 //! `/sys/fs/cgroup/cpu,cpuacct`), then cgroup v2 at `/sys/fs/cgroup` (the
@@ -105,6 +106,6 @@ impl Drop for CpuQuotaGroup {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        eprintln!("testkit: could not remove cgroup {}", self.dir.display());
+        tracing::warn!("pool-topo: could not remove cgroup {}", self.dir.display());
     }
 }
