@@ -14,7 +14,7 @@ use crate::shape::check_matvec;
 
 /// `out = W x` for the first `out.len()` rows of the row-major `w`
 /// (`cols = x.len()`), bit-identical to the naive loop. Serial below the
-/// [`should_parallelize`] gate or without a pool.
+/// [`should_parallelize`](crate::should_parallelize) gate or without a pool.
 ///
 /// # Panics
 ///
