@@ -19,10 +19,7 @@
 
 use std::io;
 
-use pool_topo::{
-    pin_current_thread, plan_node_binding, thread_affinity_cpus, CpuTopology, NumaDecision,
-    NumaNode, TwoNodePlan,
-};
+use pool_topo::{pin_current_thread, thread_affinity_cpus, NumaDecision, NumaNode, TwoNodePlan};
 
 use crate::pool::Pool;
 use crate::seeded::SeededBug;
@@ -143,21 +140,37 @@ impl Pool {
         Ok(())
     }
 
-    /// Moves every worker and the calling thread onto `node`: worker `i`
-    /// pinned to one CPU, physical cores first and SMT siblings after
-    /// (`pool_topo::plan_node_binding` over this host's topology), the
-    /// caller to the node's whole mask. Refuses, saying why, a node with
-    /// fewer usable CPUs than the pool has threads. Each thread's mask from
-    /// before the first bind is saved and restored by
-    /// [`Pool::unbind_node`]. Fails, changing nothing, from inside a job of
-    /// this pool.
+    /// Moves every worker and the calling thread onto `node`: each gets
+    /// the node's whole CPU set (inside the process's), not one CPU of
+    /// it, so the scheduler still balances the threads inside the node, as
+    /// the engines did. Refuses, saying why, a node with no usable CPU.
+    /// Each thread's mask from before the first bind is saved and restored
+    /// by [`Pool::unbind_node`]. Fails, changing nothing, from inside a job
+    /// of this pool. `CMF_NUMA_TRACE=1` prints the mask.
     pub fn bind_node(&self, node: &NumaNode) -> io::Result<()> {
-        let binding = plan_node_binding(&CpuTopology::detect(), node, self.n_workers())
-            .map_err(|reason| io::Error::new(io::ErrorKind::InvalidInput, reason))?;
-        self.bind_threads("bind_node", |worker| match worker {
-            Some(w) => vec![binding.worker_cpus[w]],
-            None => binding.caller_cpus.clone(),
-        })?;
+        let allowed = pool_topo::process_affinity_cpus();
+        let cpus: Vec<usize> = node
+            .cpus
+            .iter()
+            .copied()
+            .filter(|cpu| allowed.contains(cpu))
+            .collect();
+        if cpus.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "bind_node: node {} has no CPU in this process's affinity mask",
+                    node.id
+                ),
+            ));
+        }
+        pool_topo::numa_trace(format_args!(
+            "bind_node: node {}: the caller and {} workers on CPUs {}",
+            node.id,
+            self.n_workers(),
+            pool_topo::format_cpu_list(&cpus)
+        ));
+        self.bind_threads("bind_node", |_| cpus.clone())?;
         self.on_every_thread("bind_node", |worker| {
             if worker.is_none() {
                 self.set_far(|_| false, 0);

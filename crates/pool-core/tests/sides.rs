@@ -244,35 +244,37 @@ fn binding_to_the_weights_on_a_one_node_host_does_nothing_and_says_why() {
 }
 
 #[test]
-fn a_live_pool_binds_to_a_node_and_unbinds_back_to_each_threads_mask() {
+fn a_live_pool_binds_every_thread_to_the_nodes_cpu_set_and_unbinds_back() {
     watched("bind_node", |_| {
         let cpus = process_affinity_cpus();
-        let pool = Pool::with_spin(1, 1000);
+        // Workers pinned to one CPU first: the bind must widen them.
+        let pool = Pool::builder()
+            .workers(2)
+            .spin(1000)
+            .pin_workers(vec![cpus[0], cpus[0]])
+            .build()
+            .unwrap();
         let before = (worker_masks(&pool), thread_affinity_cpus());
         // This host's only node, as a NumaNode: the binding is real.
         let node = NumaNode {
             id: 0,
             cpus: cpus.clone(),
         };
-        if cpus.len() >= 2 {
-            pool.bind_node(&node).unwrap();
-            let workers = worker_masks(&pool);
-            assert_eq!(workers[0].len(), 1, "a worker gets one CPU: {workers:?}");
-            assert_eq!(
-                thread_affinity_cpus().len(),
-                cpus.len(),
-                "the caller adopts the node"
-            );
-            pool.unbind_node().unwrap();
-            assert_eq!((worker_masks(&pool), thread_affinity_cpus()), before);
+        pool.bind_node(&node).unwrap();
+        for (w, mask) in worker_masks(&pool).iter().enumerate() {
+            assert_eq!(mask, &cpus, "worker {w} gets the node's whole CPU set");
         }
-        let tiny = NumaNode {
+        assert_eq!(thread_affinity_cpus(), cpus, "the caller adopts the node");
+        pool.unbind_node().unwrap();
+        assert_eq!((worker_masks(&pool), thread_affinity_cpus()), before);
+        // A node with no CPU of this process cannot be bound to.
+        let elsewhere = NumaNode {
             id: 7,
-            cpus: vec![cpus[0]],
+            cpus: vec![100_000],
         };
-        let err = Pool::with_spin(3, 0).bind_node(&tiny).unwrap_err();
+        let err = Pool::with_spin(3, 0).bind_node(&elsewhere).unwrap_err();
         assert!(
-            err.to_string().contains("node 7 has 1 usable CPUs"),
+            err.to_string().contains("node 7 has no CPU in this process"),
             "{err}"
         );
         assert!(!pool.two_nodes());

@@ -57,9 +57,9 @@ pub use mapped_file::MappedFile;
 pub use memory::{available_memory_bytes, parse_mem_available};
 pub use numa::{
     bind_to_node, decide_node_for, decide_numa_node, node_of_pages, numa_maps_counts, numa_nodes,
-    numa_setting_from_env, parse_numa_setting, plan_node_binding, NodeBinding, NumaDecision,
-    NumaNode, NumaSetting, PagePlacement, PlacementMethod, BIND_THRESHOLD_PERCENT,
-    MAX_SAMPLE_PAGES, NUMA_ENV, SYSFS_NODE_ROOT,
+    numa_setting_from_env, numa_trace, numa_trace_enabled, parse_numa_setting, plan_node_binding,
+    NodeBinding, NumaDecision, NumaNode, NumaSetting, PagePlacement, PlacementMethod,
+    BIND_THRESHOLD_PERCENT, MAX_SAMPLE_PAGES, NUMA_ENV, NUMA_TRACE_ENV, SYSFS_NODE_ROOT,
 };
 pub use plan::{
     clamp_intra_op_threads, placement_order, plan_cpu_pool, plan_cpu_pool_in, CpuPoolPlan,

@@ -22,6 +22,9 @@ use crate::topology::CpuTopology;
 pub const SYSFS_NODE_ROOT: &str = "/sys/devices/system/node";
 /// The variable that controls binding.
 pub const NUMA_ENV: &str = "CMF_NUMA";
+
+/// `CMF_NUMA_TRACE=1` prints every NUMA decision on stderr.
+pub const NUMA_TRACE_ENV: &str = "CMF_NUMA_TRACE";
 /// Share of the resident sample one node must hold to be bound to.
 pub const BIND_THRESHOLD_PERCENT: usize = 90;
 /// Pages sampled per region at most.
@@ -74,6 +77,9 @@ pub enum PlacementMethod {
 pub struct PagePlacement {
     /// Pages looked at.
     pub sampled: usize,
+    /// Of those, pages in memory (the page cache, for a file): only these
+    /// were asked about, so reading the sample never starts disk I/O.
+    pub cached: usize,
     /// Pages per node, among the resident ones.
     pub per_node: BTreeMap<usize, usize>,
     /// How they were counted.
@@ -84,6 +90,13 @@ impl PagePlacement {
     /// Resident pages counted on any node.
     pub fn resident(&self) -> usize {
         self.per_node.values().sum()
+    }
+
+    /// Whether fewer than half the sampled pages are in memory: a cold
+    /// file, whose pages will land wherever the first reads happen, so
+    /// its sample says nothing yet about where the weights will be.
+    pub fn cold(&self) -> bool {
+        self.cached * 2 < self.sampled
     }
 
     /// The node holding the most resident pages, and its share in percent.
@@ -190,6 +203,13 @@ pub fn decide_numa_node(
     let Some(placement) = placement else {
         return stay("no page placement sample".to_owned());
     };
+    if placement.cold() {
+        return stay(format!(
+            "cold file: {} of {} sampled pages are in memory (< half); read the weights \
+             once before deciding",
+            placement.cached, placement.sampled
+        ));
+    }
     let Some((id, share)) = placement.majority() else {
         return stay("no resident pages in the sample".to_owned());
     };
@@ -207,27 +227,82 @@ pub fn decide_numa_node(
     }
 }
 
-/// Samples the pages of `regions`: `mincore` for residency, then
-/// `move_pages` in query mode for the node of each resident page, falling
+/// Samples the pages of `regions`: `mincore` for residency, then each
+/// resident sampled page read once (a minor fault at most: it is in
+/// memory), then `move_pages` in query mode for the node of each, falling
 /// back to `/proc/self/numa_maps` when that syscall is refused.
+///
+/// The read matters: both queries see only pages mapped into this
+/// process, and a freshly mapped file has none, although its pages sit in
+/// the page cache on some node. Pages not in memory are never read (no
+/// disk I/O); they count in `sampled` but not in `cached`.
 pub fn node_of_pages(regions: &[&[u8]]) -> Result<PagePlacement, TopoError> {
-    let pages = sample_resident_pages(regions)?;
-    match query_nodes(&pages) {
-        Ok(per_node) => Ok(PagePlacement {
-            sampled: pages.len(),
+    let sample = sample_pages(regions)?;
+    for &address in &sample.resident {
+        // SAFETY: each address is a byte of one of the live borrows in
+        // `regions` (`sample_pages` takes the region's own first byte on
+        // its first page), so reading it is reading borrowed memory; the
+        // page is in memory (mincore), so the read cannot start I/O.
+        std::hint::black_box(unsafe { std::ptr::read_volatile(address as *const u8) });
+    }
+    let placement = match query_nodes(&sample.resident) {
+        Ok(per_node) => PagePlacement {
+            sampled: sample.candidates,
+            cached: sample.resident.len(),
             per_node,
             method: PlacementMethod::MovePages,
-        }),
+        },
         Err(err) => {
             tracing::debug!(%err, "pool-topo: move_pages refused; reading /proc/self/numa_maps");
             let maps = read_text(Path::new("/proc/self/numa_maps"))?;
-            Ok(PagePlacement {
-                sampled: pages.len(),
+            PagePlacement {
+                sampled: sample.candidates,
+                cached: sample.resident.len(),
                 per_node: numa_maps_counts(&maps, regions),
                 method: PlacementMethod::NumaMaps,
-            })
+            }
         }
+    };
+    numa_trace(format_args!(
+        "sampled {} pages, {} in memory, per node {:?} ({:?})",
+        placement.sampled, placement.cached, placement.per_node, placement.method
+    ));
+    Ok(placement)
+}
+
+/// Whether `CMF_NUMA_TRACE=1`: each NUMA decision (the sample, the nodes'
+/// shares, the masks set) is printed on stderr, as the engines did.
+pub fn numa_trace_enabled() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    // 0: not read yet, 1: off, 2: on. Relaxed: racing first readers
+    // compute the same answer.
+    static TRACE: AtomicU8 = AtomicU8::new(0);
+    match TRACE.load(Ordering::Relaxed) {
+        0 => {
+            let on = std::env::var(NUMA_TRACE_ENV).is_ok_and(|v| v.trim() == "1");
+            TRACE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+            on
+        }
+        state => state == 2,
     }
+}
+
+/// Prints `message` on stderr under `CMF_NUMA_TRACE=1` (always a
+/// `tracing` debug event).
+pub fn numa_trace(message: std::fmt::Arguments<'_>) {
+    tracing::debug!("numa: {message}");
+    if numa_trace_enabled() {
+        eprintln!("{NUMA_TRACE_ENV}: {message}");
+    }
+}
+
+/// Sampled page candidates and the resident ones among them.
+struct PageSample {
+    /// Pages considered (evenly spaced, at most [`MAX_SAMPLE_PAGES`] per
+    /// region).
+    candidates: usize,
+    /// A byte address inside each candidate page that is in memory.
+    resident: Vec<usize>,
 }
 
 /// The system's page size (4096 if it cannot be read).
@@ -249,11 +324,15 @@ pub(crate) fn page_size() -> usize {
     4096
 }
 
-/// Up to [`MAX_SAMPLE_PAGES`] evenly spaced resident page addresses per region.
+/// Up to [`MAX_SAMPLE_PAGES`] evenly spaced pages per region, and the
+/// resident ones among them.
 #[cfg(unix)]
-fn sample_resident_pages(regions: &[&[u8]]) -> Result<Vec<usize>, TopoError> {
+fn sample_pages(regions: &[&[u8]]) -> Result<PageSample, TopoError> {
     let page = page_size();
-    let mut sample = Vec::new();
+    let mut sample = PageSample {
+        candidates: 0,
+        resident: Vec::new(),
+    };
     for region in regions.iter().filter(|r| !r.is_empty()) {
         let start = region.as_ptr() as usize / page * page;
         let end = region.as_ptr() as usize + region.len();
@@ -273,11 +352,15 @@ fn sample_resident_pages(regions: &[&[u8]]) -> Result<Vec<usize>, TopoError> {
             return Err(TopoError::syscall("mincore", io::Error::last_os_error()));
         }
         let step = count.div_ceil(MAX_SAMPLE_PAGES).max(1);
-        sample.extend(
+        let first = region.as_ptr() as usize;
+        sample.candidates += (0..count).step_by(step).count();
+        sample.resident.extend(
             (0..count)
                 .step_by(step)
                 .filter(|&i| resident[i] & 1 == 1)
-                .map(|i| start + i * page),
+                // The region's own first byte on its first page (the page
+                // may start before the borrow).
+                .map(|i| (start + i * page).max(first)),
         );
     }
     Ok(sample)
@@ -285,7 +368,7 @@ fn sample_resident_pages(regions: &[&[u8]]) -> Result<Vec<usize>, TopoError> {
 
 /// No `mincore` off Unix: page placement is unsupported there.
 #[cfg(not(unix))]
-fn sample_resident_pages(_regions: &[&[u8]]) -> Result<Vec<usize>, TopoError> {
+fn sample_pages(_regions: &[&[u8]]) -> Result<PageSample, TopoError> {
     Err(TopoError::syscall(
         "mincore",
         io::Error::new(
@@ -393,18 +476,22 @@ pub fn decide_node_for(regions: &[&[u8]]) -> io::Result<NumaDecision> {
     } else {
         None
     };
-    let decision = decide_numa_node(&nodes, placement.as_ref(), setting);
+    let mut decision = decide_numa_node(&nodes, placement.as_ref(), setting);
     if let NumaDecision::Bind { node, .. } = &decision {
         let allowed = process_affinity_cpus();
         if !node.cpus.iter().any(|c| allowed.contains(c)) {
-            return Ok(NumaDecision::Stay {
+            decision = NumaDecision::Stay {
                 reason: format!(
                     "node {} has no CPU in this process's affinity mask",
                     node.id
                 ),
-            });
+            };
         }
     }
+    numa_trace(format_args!(
+        "{NUMA_ENV}={setting:?}, {} node(s): {decision}",
+        nodes.len()
+    ));
     Ok(decision)
 }
 

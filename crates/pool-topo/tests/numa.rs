@@ -23,6 +23,7 @@ fn two_nodes() -> Vec<NumaNode> {
 fn placement(counts: &[(usize, usize)]) -> PagePlacement {
     PagePlacement {
         sampled: counts.iter().map(|c| c.1).sum(),
+        cached: counts.iter().map(|c| c.1).sum(),
         per_node: counts.iter().copied().collect::<BTreeMap<_, _>>(),
         method: PlacementMethod::MovePages,
     }
@@ -110,4 +111,52 @@ fn on_this_host_touched_pages_are_found_resident_on_a_node() {
     let p = node_of_pages(&[&buffer]).unwrap();
     assert!(p.sampled > 0);
     assert!(p.resident() > 0, "{p:?}");
+}
+
+/// The engines' case: weights just mapped, their pages in the page cache
+/// but not yet in this process's page tables. Both `move_pages` and
+/// `numa_maps` see only mapped pages, so the sample must read each one.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_freshly_mapped_cached_file_reports_the_node_of_its_pages() {
+    let path = std::env::temp_dir().join(format!("pool-topo-fresh-{}", std::process::id()));
+    std::fs::write(&path, vec![3u8; 256 * 4096]).unwrap();
+    // In the page cache (just written, and read once more to be sure).
+    assert_eq!(std::fs::read(&path).unwrap().len(), 256 * 4096);
+    // SAFETY: the file is this test's own; nothing changes it while mapped.
+    let mapped = unsafe { pool_topo::MappedFile::open(&path) }.unwrap();
+    let p = node_of_pages(&[mapped.as_bytes()]).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(p.sampled > 0 && !p.cold(), "{p:?}");
+    assert_eq!(
+        p.resident(),
+        p.cached,
+        "every cached page found on a node: {p:?}"
+    );
+    let nodes = pool_topo::numa_nodes(std::path::Path::new(pool_topo::SYSFS_NODE_ROOT));
+    if let Ok(nodes) = nodes {
+        for node in p.per_node.keys() {
+            assert!(
+                nodes.iter().any(|n| n.id == *node),
+                "node {node} exists: {p:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_cold_file_is_not_bound_to_and_the_decision_says_why() {
+    let nodes = two_nodes();
+    let mut cold = placement(&[(1, 10)]);
+    cold.sampled = 64; // 10 of 64 sampled pages in memory
+    cold.cached = 10;
+    match decide_numa_node(&nodes, Some(&cold), NumaSetting::Auto) {
+        NumaDecision::Stay { reason } => assert!(reason.contains("cold file"), "{reason}"),
+        other => panic!("bound a cold file: {other}"),
+    }
+    cold.cached = 40; // warm enough: the majority decides
+    assert!(matches!(
+        decide_numa_node(&nodes, Some(&cold), NumaSetting::Auto),
+        NumaDecision::Bind { .. }
+    ));
 }
