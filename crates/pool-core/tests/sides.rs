@@ -274,7 +274,8 @@ fn a_live_pool_binds_every_thread_to_the_nodes_cpu_set_and_unbinds_back() {
         };
         let err = Pool::with_spin(3, 0).bind_node(&elsewhere).unwrap_err();
         assert!(
-            err.to_string().contains("node 7 has no CPU in this process"),
+            err.to_string()
+                .contains("node 7 has no CPU in this process"),
             "{err}"
         );
         assert!(!pool.two_nodes());

@@ -12,7 +12,7 @@
 //! [`Pool::run_phased`] job, ggml-style: one publish per token and a
 //! barrier after each matvec, instead of a fork-join per matvec.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::{AtomicUsize, Ordering};
 
 use pool_core::{JobBarrier, Pool};
 

@@ -13,6 +13,12 @@ use std::marker::PhantomData;
 pub(crate) struct DisjointRows<'a, T> {
     ptr: *mut T,
     len: usize,
+    /// Under loom, one cell per row, accessed whenever the row is handed
+    /// out (`rows`: a write) or read (`all`): loom then reports two
+    /// participants holding the same row without a happens-before between
+    /// them, which is the invariant this type rests on.
+    #[cfg(loom)]
+    claims: Box<[loom::cell::UnsafeCell<()>]>,
     _borrow: PhantomData<&'a mut [T]>,
 }
 
@@ -25,6 +31,10 @@ impl<'a, T> DisjointRows<'a, T> {
         DisjointRows {
             ptr: slice.as_mut_ptr(),
             len: slice.len(),
+            #[cfg(loom)]
+            claims: (0..slice.len())
+                .map(|_| loom::cell::UnsafeCell::new(()))
+                .collect(),
             _borrow: PhantomData,
         }
     }
@@ -48,6 +58,10 @@ impl<'a, T> DisjointRows<'a, T> {
             "rows {start}..{end} of {}",
             self.len
         );
+        #[cfg(loom)]
+        for claim in &self.claims[start..end] {
+            claim.with_mut(|_| ());
+        }
         // SAFETY: in bounds (checked above) of the slice borrowed for 'a;
         // exclusive by the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), end - start) }
@@ -63,6 +77,10 @@ impl<'a, T> DisjointRows<'a, T> {
     /// the next phase that writes them).
     #[inline]
     pub(crate) unsafe fn all(&self) -> &[T] {
+        #[cfg(loom)]
+        for claim in self.claims.iter() {
+            claim.with(|_| ());
+        }
         // SAFETY: the slice borrowed for 'a; no `&mut` into it is alive
         // meanwhile (the caller's contract).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }

@@ -46,6 +46,7 @@ mod random;
 mod rows;
 mod serial;
 mod shape;
+mod sync;
 mod tier;
 mod weights;
 
@@ -76,3 +77,15 @@ pub use serial::Serial;
 pub use shape::{should_parallelize, PARALLEL_THRESHOLD};
 pub use tier::{quantized_kernel_name, simd_tier, SimdTier, SIMD_TIER_ENV};
 pub use weights::{PreparedInput, WeightType, Weights, WeightsError};
+
+/// For the loom models only (`--cfg loom` builds).
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod __loom {
+    /// Reinstates the seeded cursor bug for the rest of the process: a
+    /// range claimed by a load and a store, which two participants can
+    /// both claim. The model's test binary holds that model alone.
+    pub fn seed_cursor_bug() {
+        crate::sync::CURSOR_BY_LOAD_AND_STORE.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,29 @@
+//! The atomics the row layer hands rows out with, behind a facade: under
+//! `--cfg loom` they are loom's, so the models in `loom-tests/tests/rows.rs`
+//! check the shipped cursor and `DisjointRows`, not a copy.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The seeded bug of the row layer's loom model: the cursor claims a
+/// range with a load and a store instead of a compare-exchange, so two
+/// participants can take the same rows. Only in `--cfg loom` builds, set
+/// for the whole process by the model's own test binary.
+#[cfg(loom)]
+pub(crate) static CURSOR_BY_LOAD_AND_STORE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the seeded cursor bug is on (always false outside loom builds).
+#[inline(always)]
+pub(crate) fn cursor_bug() -> bool {
+    #[cfg(loom)]
+    {
+        CURSOR_BY_LOAD_AND_STORE.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    #[cfg(not(loom))]
+    {
+        false
+    }
+}
