@@ -4,7 +4,7 @@
 # needs itself and states its cost. STAGES="fmt clippy" runs a subset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-stages=(${STAGES:-toolchain fmt clippy package test busy aarch64 loom miri tsan soak})
+stages=(${STAGES:-toolchain fmt clippy package test busy aarch64 loom miri tsan wine soak})
 start=$(date +%s)
 for stage in "${stages[@]}"; do
     script=$(ls scripts/stages/*-"$stage".sh)

@@ -2,8 +2,9 @@
 
 use std::process::{Child, Command, Stdio};
 
-/// `count` processes spinning on the CPU (`sh -c 'while :; do :; done'`),
-/// killed and reaped on drop. Processes, not threads: the pool's
+/// `count` processes spinning on the CPU (`sh -c 'while :; do :; done'`;
+/// on Windows `cmd /C "for /L %i in (0,0,1) do rem"`), killed and reaped
+/// on drop. Processes, not threads: the pool's
 /// foreign-load sampling must see load it does not own.
 pub struct BusyProcesses {
     children: Vec<Child>,
@@ -16,13 +17,21 @@ impl BusyProcesses {
             children: Vec::with_capacity(count),
         };
         for _ in 0..count {
-            let child = Command::new("sh")
-                .args(["-c", "while :; do :; done"])
+            let mut command = if cfg!(windows) {
+                let mut cmd = Command::new("cmd");
+                cmd.args(["/C", "for /L %i in (0,0,1) do rem"]);
+                cmd
+            } else {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", "while :; do :; done"]);
+                sh
+            };
+            let child = command
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .map_err(|e| format!("starting a busy `sh` loop: {e}"))?;
+                .map_err(|e| format!("starting a busy loop ({command:?}): {e}"))?;
             busy.children.push(child);
         }
         Ok(busy)

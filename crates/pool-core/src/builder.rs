@@ -488,8 +488,24 @@ mod startup {
         unsafe { libc::pthread_mach_thread_np(libc::pthread_self()) as i32 }
     }
 
-    /// No thread id the pool can report here (Windows): -1.
-    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
+    /// The Windows thread id (what `OpenThread` and the tools take).
+    #[cfg(windows)]
+    fn current_tid() -> i32 {
+        #[link(name = "kernel32")]
+        extern "system" {
+            fn GetCurrentThreadId() -> u32;
+        }
+        // SAFETY: no arguments, cannot fail.
+        unsafe { GetCurrentThreadId() as i32 }
+    }
+
+    /// No thread id the pool can report here: -1.
+    #[cfg(not(any(
+        target_os = "linux",
+        target_os = "android",
+        target_vendor = "apple",
+        windows
+    )))]
     fn current_tid() -> i32 {
         -1
     }

@@ -63,8 +63,27 @@ fn pinning_needs_exactly_one_cpu_per_worker() {
     assert!(err.to_string().contains("1 CPUs for 2 workers"), "{err}");
 }
 
+/// The CPU the calling thread runs on now.
+#[cfg(any(target_os = "linux", windows))]
+fn current_cpu() -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sched_getcpu has no preconditions.
+        unsafe { libc::sched_getcpu() as usize }
+    }
+    #[cfg(windows)]
+    {
+        #[link(name = "kernel32")]
+        extern "system" {
+            fn GetCurrentProcessorNumber() -> u32;
+        }
+        // SAFETY: no arguments, cannot fail.
+        unsafe { GetCurrentProcessorNumber() as usize }
+    }
+}
+
 #[test]
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 #[cfg_attr(miri, ignore = "Miri has no sched_getcpu")]
 fn pinned_workers_run_on_their_cpu() {
     watched("pinned", |_| {
@@ -77,9 +96,7 @@ fn pinned_workers_run_on_their_cpu() {
         let seen = AtomicUsize::new(usize::MAX);
         pool.run_limited(1, |idx, _| {
             if idx == 0 {
-                // SAFETY: sched_getcpu has no preconditions.
-                let now = unsafe { libc::sched_getcpu() };
-                seen.store(now as usize, Ordering::Relaxed);
+                seen.store(current_cpu(), Ordering::Relaxed);
             }
         });
         assert_eq!(seen.load(Ordering::Relaxed), cpu);
@@ -87,7 +104,7 @@ fn pinned_workers_run_on_their_cpu() {
 }
 
 #[test]
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 fn a_refused_pin_is_an_error_naming_the_worker_and_cpu() {
     watched("bad_pin", |_| {
         let err = Pool::builder()

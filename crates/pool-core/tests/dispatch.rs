@@ -291,7 +291,7 @@ fn dropping_a_pool_right_after_construction_or_while_parked_does_not_hang() {
 }
 
 #[test]
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 fn worker_tids_are_registered_before_the_constructor_returns() {
     watched("tids", |_| {
         let pool = Pool::new(3);
@@ -301,8 +301,12 @@ fn worker_tids_are_registered_before_the_constructor_returns() {
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(unique.len(), 3, "{tids:?}");
+        assert!(tids.iter().all(|&tid| tid > 0), "{tids:?}");
         // Miri's threads are not kernel threads: skip the /proc check there.
-        for tid in tids.iter().filter(|_| !cfg!(miri)) {
+        for tid in tids
+            .iter()
+            .filter(|_| cfg!(target_os = "linux") && !cfg!(miri))
+        {
             let task = format!("/proc/self/task/{tid}");
             assert!(
                 std::path::Path::new(&task).exists(),

@@ -5,7 +5,7 @@
 use testkit::watched;
 
 #[test]
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 fn the_spinner_limit_is_the_processs_usable_cpus_even_when_a_pinned_thread_computes_it() {
     watched("spinner_limit", |_| {
         let usable = pool_topo::usable_cpus();

@@ -58,7 +58,7 @@ pub fn dot_fast_portable(w: &[f32], x: &[f32]) -> f32 {
         .zip(x[..body].chunks_exact(LANES))
     {
         for lane in 0..LANES {
-            acc[lane] = w32[lane].mul_add(x32[lane], acc[lane]);
+            acc[lane] = fused(w32[lane], x32[lane], acc[lane]);
         }
     }
     let mut s = [0.0f32; 8];
@@ -69,9 +69,64 @@ pub fn dot_fast_portable(w: &[f32], x: &[f32]) -> f32 {
     let u = [t[0] + t[2], t[1] + t[3]];
     let mut result = u[0] + u[1];
     for j in body..w.len() {
-        result = w[j].mul_add(x[j], result);
+        result = fused(w[j], x[j], result);
     }
     result
+}
+
+/// `a * b + c` rounded once: the IEEE fused multiply-add every SIMD tier
+/// computes, so the portable path gives their bits. `f32::mul_add` is that
+/// wherever the C library's `fmaf` is correctly rounded; mingw-w64's is
+/// not (off by one ulp in halfway cases, found running the kernel tests
+/// under Wine), so on `windows-gnu` without the FMA instruction it is
+/// computed here (musl's method: exact product in f64, one f64 sum, and
+/// a halfway f32 result nudged toward the true value).
+#[inline(always)]
+pub(crate) fn fused(a: f32, b: f32, c: f32) -> f32 {
+    #[cfg(all(windows, target_env = "gnu", not(target_feature = "fma")))]
+    {
+        soft_fma(a, b, c)
+    }
+    #[cfg(not(all(windows, target_env = "gnu", not(target_feature = "fma"))))]
+    {
+        a.mul_add(b, c)
+    }
+}
+
+/// A correctly rounded `a * b + c` (round to nearest even) without the
+/// FMA instruction or the C library, for normal results (a result in the
+/// f32 subnormal range may round twice; a dot product of weights and
+/// activations never gets there).
+#[cfg_attr(not(all(windows, target_env = "gnu")), allow(dead_code))]
+pub(crate) fn soft_fma(a: f32, b: f32, c: f32) -> f32 {
+    let product = f64::from(a) * f64::from(b); // exact: 24 + 24 bits < 53
+    let c = f64::from(c);
+    let sum = product + c;
+    let mut bits = sum.to_bits();
+    let exponent = (bits >> 52) & 0x7ff;
+    // The 29 bits below an f32's mantissa: 1 followed by zeros is exactly
+    // halfway between two floats, where rounding the f64 to f32 could
+    // round the wrong way after the sum's own rounding.
+    let halfway = bits & 0x1fff_ffff == 0x1000_0000;
+    let exact = sum - product == c && sum - c == product;
+    if !halfway || exponent == 0x7ff || exact {
+        return sum as f32;
+    }
+    // Inexact and halfway: the true value lies beyond `sum` in the
+    // direction of the error; move the f64 one step that way so the final
+    // rounding goes the right way.
+    let negative = bits >> 63 != 0;
+    let error = if negative == (c > product) {
+        product - sum + c
+    } else {
+        c - sum + product
+    };
+    if negative == (error < 0.0) {
+        bits += 1;
+    } else {
+        bits -= 1;
+    }
+    f64::from_bits(bits) as f32
 }
 
 /// One row's dot product by the tier the kernels use ([`simd_tier`]).
@@ -198,7 +253,8 @@ mod avx2 {
         // u[0] + u[1]
         let mut result = _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps::<0b01>(u, u)));
         for k in body..w.len() {
-            result = w[k].mul_add(x[k], result);
+            // SAFETY: this function's target features include FMA.
+            result = unsafe { super::fma_ss(w[k], x[k], result) };
         }
         result
     }
@@ -300,7 +356,8 @@ mod avx512 {
         // u[0] + u[1]
         let mut result = _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps::<0b01>(u, u)));
         for k in body..w.len() {
-            result = w[k].mul_add(x[k], result);
+            // SAFETY: this function's target features include FMA.
+            result = unsafe { super::fma_ss(w[k], x[k], result) };
         }
         result
     }
@@ -418,8 +475,68 @@ mod neon {
         let u1 = vgetq_lane_f32::<1>(t) + vgetq_lane_f32::<3>(t);
         let mut result = u0 + u1;
         for k in body..w.len() {
-            result = w[k].mul_add(x[k], result);
+            result = super::fused(w[k], x[k], result);
         }
         result
+    }
+}
+
+/// `a * b + c` by the FMA instruction itself (`vfmadd231ss`): for the
+/// x86 kernels' tails. `f32::mul_add` there is only the instruction when
+/// inlined into the `#[target_feature]` function; a debug build calls the
+/// C library's `fmaf` instead, which mingw-w64 gets wrong.
+///
+/// # Safety
+///
+/// The CPU has FMA (the callers are `#[target_feature(enable = "fma")]`).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "fma")]
+unsafe fn fma_ss(a: f32, b: f32, c: f32) -> f32 {
+    use std::arch::x86_64::{_mm_cvtss_f32, _mm_fmadd_ss, _mm_set_ss};
+    _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)))
+}
+
+#[cfg(test)]
+mod fused_tests {
+    use super::{fused, soft_fma};
+
+    /// 1 + 2^-12 squared is 1 + 2^-11 + 2^-24: exactly halfway between two
+    /// floats. A tiny addend decides the rounding, and an f64 sum loses it
+    /// (rounding twice would give 1 + 2^-11 both ways).
+    #[test]
+    fn halfway_products_round_toward_the_addend() {
+        let a = 1.0 + f32::powi(2.0, -12);
+        let tiny = f32::powi(2.0, -70);
+        let up = 1.0 + f32::powi(2.0, -11) + f32::powi(2.0, -23);
+        let down = 1.0 + f32::powi(2.0, -11);
+        assert_eq!(soft_fma(a, a, tiny), up);
+        assert_eq!(soft_fma(a, a, -tiny), down);
+        assert_eq!(fused(a, a, tiny), up);
+        assert_eq!(fused(a, a, -tiny), down);
+    }
+
+    /// Against the C library's `fmaf` where it is correctly rounded.
+    #[test]
+    #[cfg(not(all(windows, target_env = "gnu")))]
+    fn the_soft_fma_matches_fmaf_on_random_normal_inputs() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // Normal floats with small exponents, either sign.
+            let mantissa = (state >> 40) as u32 & 0x7f_ffff;
+            let exponent = 100 + (state >> 20) as u32 % 54;
+            f32::from_bits((state as u32 & 0x8000_0000) | exponent << 23 | mantissa)
+        };
+        for _ in 0..200_000 {
+            let (a, b, c) = (next(), next(), next());
+            assert_eq!(
+                soft_fma(a, b, c).to_bits(),
+                a.mul_add(b, c).to_bits(),
+                "{a:e} * {b:e} + {c:e}"
+            );
+        }
     }
 }

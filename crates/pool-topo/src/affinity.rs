@@ -33,11 +33,22 @@ pub fn process_affinity_cpus() -> Vec<usize> {
         cpus.dedup();
         cpus
     }
-    #[cfg(not(all(any(target_os = "linux", target_os = "android"), not(miri))))]
+    #[cfg(windows)]
+    {
+        match windows::process_mask() {
+            Ok(mask) => windows::cpus_of(mask),
+            Err(err) => fallback_cpus(&format!("GetProcessAffinityMask failed: {err}")),
+        }
+    }
+    #[cfg(not(any(
+        all(any(target_os = "linux", target_os = "android"), not(miri)),
+        windows
+    )))]
     thread_affinity_cpus()
 }
 
-/// The calling thread's own affinity mask (`sched_getaffinity(0)`),
+/// The calling thread's own affinity mask (`sched_getaffinity(0)`; on
+/// Windows `SetThreadAffinityMask`'s answer, the mask left as it was),
 /// ascending. Falls back to `0..available_parallelism()` (logged) where the
 /// call is unavailable or fails.
 pub fn thread_affinity_cpus() -> Vec<usize> {
@@ -79,12 +90,95 @@ fn read_thread_affinity(tid: libc::pid_t) -> io::Result<Vec<usize>> {
         .collect())
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+#[cfg(windows)]
+fn read_thread_affinity(_tid: i32) -> io::Result<Vec<usize>> {
+    windows::thread_mask().map(windows::cpus_of)
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android", windows)))]
 fn read_thread_affinity(_tid: i32) -> io::Result<Vec<usize>> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "no affinity mask on this system",
     ))
+}
+
+/// Windows affinity, within the process's processor group (the first 64
+/// logical CPUs a process starts in; more groups are not used).
+#[cfg(windows)]
+mod windows {
+    use std::ffi::c_void;
+    use std::io;
+
+    type Handle = *mut c_void;
+
+    #[link(name = "kernel32")]
+    extern "system" {
+        fn GetCurrentThread() -> Handle;
+        fn GetCurrentProcess() -> Handle;
+        fn SetThreadAffinityMask(thread: Handle, mask: usize) -> usize;
+        fn GetProcessAffinityMask(
+            process: Handle,
+            process_mask: *mut usize,
+            system_mask: *mut usize,
+        ) -> i32;
+    }
+
+    /// The process's affinity mask.
+    pub(super) fn process_mask() -> io::Result<usize> {
+        let (mut process, mut system) = (0usize, 0usize);
+        // SAFETY: the pseudo-handle of this process is always valid; both
+        // out-pointers are live locals.
+        let ok = unsafe { GetProcessAffinityMask(GetCurrentProcess(), &mut process, &mut system) };
+        if ok == 0 || process == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(process)
+    }
+
+    /// The calling thread's mask. Windows has no call that only reads it:
+    /// set it to itself by way of the process's mask (each call returns
+    /// the mask before it), which leaves it as it was.
+    pub(super) fn thread_mask() -> io::Result<usize> {
+        let process = process_mask()?;
+        // SAFETY: the pseudo-handle of the calling thread is always valid.
+        let previous = unsafe { SetThreadAffinityMask(GetCurrentThread(), process) };
+        if previous == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above; `previous` was this thread's own mask.
+        if unsafe { SetThreadAffinityMask(GetCurrentThread(), previous) } == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(previous)
+    }
+
+    /// Sets the calling thread's mask; CPUs are bit positions (< 64).
+    pub(super) fn set_thread_mask(cpus: &[usize]) -> io::Result<()> {
+        let bits = usize::BITS as usize;
+        if let Some(&cpu) = cpus.iter().find(|&&cpu| cpu >= bits) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "pin_current_thread: CPU {cpu} is outside the process's processor group \
+                     (CPUs 0..{bits} on Windows)"
+                ),
+            ));
+        }
+        let mask = cpus.iter().fold(0usize, |mask, &cpu| mask | 1 << cpu);
+        // SAFETY: the pseudo-handle of the calling thread is always valid.
+        if unsafe { SetThreadAffinityMask(GetCurrentThread(), mask) } == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The CPUs of a mask, ascending.
+    pub(super) fn cpus_of(mask: usize) -> Vec<usize> {
+        (0..usize::BITS as usize)
+            .filter(|&cpu| mask & (1 << cpu) != 0)
+            .collect()
+    }
 }
 
 #[cfg(all(any(target_os = "linux", target_os = "android"), not(miri)))]
@@ -189,12 +283,26 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
     }
 }
 
-/// Pinning is not supported off Linux and Android; macOS only takes
-/// affinity hints.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+/// Pins the calling thread to `cpus` (`SetThreadAffinityMask`, inside the
+/// process's processor group: CPUs 0..64). An empty list or a CPU past the
+/// group is `InvalidInput`; the OS error is returned as is.
+#[cfg(windows)]
+pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
+    if cpus.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "pin_current_thread: empty CPU list",
+        ));
+    }
+    windows::set_thread_mask(cpus)
+}
+
+/// Pinning is not supported on this system (macOS only takes affinity
+/// hints): an `Unsupported` error saying so.
+#[cfg(not(any(target_os = "linux", target_os = "android", windows)))]
 pub fn pin_current_thread(_cpus: &[usize]) -> io::Result<()> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
-        "thread pinning is only implemented on Linux and Android",
+        "thread pinning is implemented on Linux, Android and Windows",
     ))
 }

@@ -40,7 +40,7 @@ fn detect_covers_exactly_the_affinity_mask() {
 }
 
 #[test]
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 fn pinning_the_current_thread_to_an_allowed_cpu_works_and_bad_cpus_are_refused() {
     let cpu = *process_affinity_cpus().last().unwrap();
     std::thread::spawn(move || {

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use pool_topo::{
-    decide_numa_node, node_of_pages, numa_maps_counts, parse_numa_setting, NumaDecision, NumaNode,
-    NumaSetting, PagePlacement, PlacementMethod,
+    decide_numa_node, numa_maps_counts, parse_numa_setting, NumaDecision, NumaNode, NumaSetting,
+    PagePlacement, PlacementMethod,
 };
 
 fn two_nodes() -> Vec<NumaNode> {
@@ -108,7 +108,7 @@ fn numa_maps_lines_are_summed_per_node_over_the_overlapping_mappings() {
 #[cfg(target_os = "linux")]
 fn on_this_host_touched_pages_are_found_resident_on_a_node() {
     let buffer = vec![7u8; 64 * 4096];
-    let p = node_of_pages(&[&buffer]).unwrap();
+    let p = pool_topo::node_of_pages(&[&buffer]).unwrap();
     assert!(p.sampled > 0);
     assert!(p.resident() > 0, "{p:?}");
 }
@@ -125,7 +125,7 @@ fn a_freshly_mapped_cached_file_reports_the_node_of_its_pages() {
     assert_eq!(std::fs::read(&path).unwrap().len(), 256 * 4096);
     // SAFETY: the file is this test's own; nothing changes it while mapped.
     let mapped = unsafe { pool_topo::MappedFile::open(&path) }.unwrap();
-    let p = node_of_pages(&[mapped.as_bytes()]).unwrap();
+    let p = pool_topo::node_of_pages(&[mapped.as_bytes()]).unwrap();
     let _ = std::fs::remove_file(&path);
     assert!(p.sampled > 0 && !p.cold(), "{p:?}");
     assert_eq!(
