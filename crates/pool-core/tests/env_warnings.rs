@@ -5,6 +5,8 @@
 //! Each case runs in a child process of this test binary, so the
 //! environment and the process-wide record start clean.
 
+#![cfg(not(miri))] // child processes
+
 use std::process::Command;
 
 use pool_core::Pool;

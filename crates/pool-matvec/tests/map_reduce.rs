@@ -27,7 +27,7 @@ fn sum_bits(exec: Option<&Pool>, values: &[f32]) -> u32 {
 #[test]
 fn the_sum_has_the_same_bits_on_every_pool_width_policy_and_call() {
     watched("map_reduce_bits", |stage| {
-        let len = if cfg!(miri) { 300_000 } else { 1_000_000 };
+        let len = if cfg!(miri) { 4_096 } else { 1_000_000 };
         let data = values(len);
         let expected = sum_bits(None, &data);
         let calls = if cfg!(miri) { 2 } else { 60 };
@@ -64,7 +64,7 @@ fn the_sum_has_the_same_bits_on_every_pool_width_policy_and_call() {
 #[test]
 fn several_threads_sharing_one_pool_get_the_same_bits() {
     watched("map_reduce_threads", |_| {
-        let data = values(if cfg!(miri) { 300_000 } else { 2_000_000 });
+        let data = values(if cfg!(miri) { 4_096 } else { 2_000_000 });
         let expected = sum_bits(None, &data);
         let pool = Pool::new(1);
         std::thread::scope(|s| {
@@ -107,7 +107,7 @@ fn an_empty_range_is_none_and_every_index_is_mapped_once_in_order() {
 #[test]
 fn an_adaptive_pool_beside_busy_processes_gives_the_same_bits_every_call() {
     watched("map_reduce_busy", |stage| {
-        let data = values(if cfg!(miri) { 300_000 } else { 1_000_000 });
+        let data = values(if cfg!(miri) { 4_096 } else { 1_000_000 });
         let expected = sum_bits(None, &data);
         // Miri cannot spawn processes; the other tests cover the bits.
         let _busy = if cfg!(miri) {
