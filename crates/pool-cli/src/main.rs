@@ -63,6 +63,12 @@ enum Command {
         /// RAYON_NUM_THREADS to the captured machine's plan too.
         #[arg(long, requires = "sysfs")]
         env: bool,
+        /// Plan N pools built in turn by one process (two decode threads
+        /// with a pool each, say): each is placed around the CPUs the ones
+        /// before it hold, and left unpinned, saying why, when none are
+        /// free.
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+        pools: u32,
         /// One JSON object instead of text (schema: docs/cli.md).
         #[arg(long)]
         json: bool,
@@ -234,8 +240,9 @@ fn main() -> ExitCode {
             sysfs,
             coordinator,
             env,
+            pools,
             json,
-        }) => topo::run(sysfs.as_deref(), coordinator, env, json),
+        }) => topo::run(sysfs.as_deref(), coordinator, env, pools as usize, json),
         Some(Command::Bench {
             quick,
             peers_at: Some(threads),
@@ -389,7 +396,7 @@ pub(crate) fn threads_phrase(threads: usize) -> String {
 
 /// The main job: topology, plan, quick benchmark.
 fn overview() -> Result<(), String> {
-    topo::run(None, false, false, false)?;
+    topo::run(None, false, false, 1, false)?;
     println!();
     bench::run(true, false)
 }

@@ -27,6 +27,10 @@ pub(crate) struct TopoReport {
     pub(crate) numa_nodes: Vec<NodeReport>,
     pub(crate) width: WidthReport,
     pub(crate) plan: PlanReport,
+    /// With `--pools N`: the plans of N pools built in turn by one
+    /// process, each around the CPUs the ones before it hold (the first
+    /// is `plan`).
+    pub(crate) pools: Vec<PlanReport>,
     /// The spin policy a pool built now would use (`CMF_POOL_SPIN`).
     pub(crate) spin_policy: String,
     /// Whether the host's width variables were applied (always on the
@@ -72,6 +76,20 @@ pub(crate) struct PlanReport {
     worker_cpus: Vec<usize>,
     caller_cpu: Option<usize>,
     coordinator_cpu: Option<usize>,
+    /// Why nothing is pinned, when other pools hold the CPUs.
+    unpinned_because: Option<String>,
+}
+
+impl From<&pool_topo::CpuPoolPlan> for PlanReport {
+    fn from(plan: &pool_topo::CpuPoolPlan) -> PlanReport {
+        PlanReport {
+            workers: plan.workers,
+            worker_cpus: plan.worker_cpus.clone(),
+            caller_cpu: plan.caller_cpu,
+            coordinator_cpu: plan.coordinator_cpu,
+            unpinned_because: plan.unpinned_because.clone(),
+        }
+    }
 }
 
 /// Builds the report for this host, or for a captured `/sys/devices/system`.
@@ -79,6 +97,7 @@ pub(crate) fn report(
     sysfs: Option<&Path>,
     coordinator: bool,
     apply_env: bool,
+    pools: usize,
 ) -> Result<TopoReport, String> {
     let (source, cpu_root, node_root, topology, affinity, cgroup_quota) = match sysfs {
         None => {
@@ -120,6 +139,14 @@ pub(crate) fn report(
     );
     let explanation = explain_width(&width, &topology, &affinity, quota);
     let plan = plan_cpu_pool_in(&topology, width.threads, coordinator);
+    let mut held = plan.cpus();
+    let mut pool_plans = vec![PlanReport::from(&plan)];
+    for _ in 1..pools.max(1) {
+        let next =
+            pool_topo::plan_cpu_pool_in_avoiding(&topology, width.threads, coordinator, &held);
+        held.extend(next.cpus());
+        pool_plans.push(PlanReport::from(&next));
+    }
     let numa = numa_nodes(&node_root).unwrap_or_default();
     let mut warnings = Vec::new();
     let usable = quota.map_or(affinity.len(), |q| q.min(affinity.len()));
@@ -188,12 +215,8 @@ pub(crate) fn report(
             source: width.source.as_str(),
             explanation,
         },
-        plan: PlanReport {
-            workers: plan.workers,
-            worker_cpus: plan.worker_cpus,
-            caller_cpu: plan.caller_cpu,
-            coordinator_cpu: plan.coordinator_cpu,
-        },
+        plan: PlanReport::from(&plan),
+        pools: pool_plans,
         spin_policy,
         env_applied,
         warnings,
@@ -304,9 +327,10 @@ pub(crate) fn run(
     sysfs: Option<&Path>,
     coordinator: bool,
     apply_env: bool,
+    pools: usize,
     json: bool,
 ) -> Result<(), String> {
-    let r = report(sysfs, coordinator, apply_env)?;
+    let r = report(sysfs, coordinator, apply_env, pools)?;
     if json {
         println!(
             "{}",
@@ -382,6 +406,26 @@ pub(crate) fn run(
     );
     if let Some(cpu) = r.plan.coordinator_cpu {
         println!("  coordinator CPU  {cpu} (kept free of workers)");
+    }
+    for (i, plan) in r.pools.iter().enumerate().skip(1) {
+        let pinned = if plan.worker_cpus.is_empty() {
+            "unpinned".to_owned()
+        } else {
+            format!("pinned to {}", format_cpu_list(&plan.worker_cpus))
+        };
+        println!(
+            "  {:<17}{} {pinned}, caller CPU {}",
+            format!("pool {} of {}", i + 1, r.pools.len()),
+            if plan.workers == 1 {
+                "1 worker".to_owned()
+            } else {
+                format!("{} workers", plan.workers)
+            },
+            cpu_or_none(plan.caller_cpu)
+        );
+        if let Some(reason) = &plan.unpinned_because {
+            println!("  {:<17}{reason}", "");
+        }
     }
     println!("  spin policy      {}", r.spin_policy);
     for warning in &r.warnings {

@@ -720,3 +720,39 @@ fn every_field_of_the_decode_json_is_documented() {
         assert!(section.contains(&format!("`{field}`")), "config.{field}");
     }
 }
+
+#[test]
+fn topo_plans_three_pools_built_in_turn_on_disjoint_cpus_then_unpinned() {
+    let r = json(&[
+        "topo",
+        "--sysfs",
+        &fixture("smt-16c32t"),
+        "--pools",
+        "3",
+        "--json",
+    ]);
+    let pools = r["pools"].as_array().unwrap();
+    assert_eq!(pools.len(), 3);
+    assert_eq!(pools[0], r["plan"]);
+    assert_eq!(
+        numbers(&pools[0]["worker_cpus"]),
+        (1..16).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        numbers(&pools[1]["worker_cpus"]),
+        (17..32).collect::<Vec<_>>()
+    );
+    assert_eq!(pools[1]["caller_cpu"], 16);
+    assert!(pools[2]["worker_cpus"].as_array().unwrap().is_empty());
+    let reason = pools[2]["unpinned_because"].as_str().unwrap();
+    assert!(
+        reason.contains("held by this process's other pools"),
+        "{reason}"
+    );
+    let text = pool(&["topo", "--sysfs", &fixture("smt-16c32t"), "--pools", "3"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("pool 3 of 3") && text.contains("unpinned"),
+        "{text}"
+    );
+}

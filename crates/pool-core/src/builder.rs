@@ -43,6 +43,8 @@ pub struct PoolBuilder {
     for_global: bool,
     /// `participants(0)` was asked for: an error at `build`.
     zero_width: bool,
+    /// Re-check the pins against the CPUs other pools hold, at `build`.
+    share_cpus: bool,
     #[cfg(loom)]
     seeded_bug: Option<crate::seeded::SeededBug>,
 }
@@ -91,6 +93,7 @@ impl PoolBuilder {
             priority: WorkerPriority::platform_default(),
             for_global: false,
             zero_width: false,
+            share_cpus: false,
             #[cfg(loom)]
             seeded_bug: None,
         }
@@ -172,10 +175,47 @@ impl PoolBuilder {
         self
     }
 
+    /// Shares the machine with this process's other pools: at `build`, if
+    /// any CPU in `pin_workers` (or the caller's CPU) is already held by
+    /// another live pool's pinned threads (`pool_topo::held_cpus`), the
+    /// workers are not pinned on top of them but left unpinned, with a
+    /// `tracing` warning saying why. For a plan made earlier
+    /// (`pool_topo::plan_cpu_pool`) and built after another pool took
+    /// some of its CPUs. Plans made by [`PoolBuilder::from_env`] and
+    /// [`Pool::for_this_machine`](crate::Pool::for_this_machine) already
+    /// avoid held CPUs.
+    pub fn share_cpus_with_other_pools(mut self) -> Self {
+        self.share_cpus = true;
+        self
+    }
+
     /// Drops any `pin_workers` request: workers run on the process's CPUs.
     pub fn unpinned(mut self) -> Self {
         self.worker_cpus = None;
         self
+    }
+
+    /// `share_cpus_with_other_pools`: unpins the workers (and forgets the
+    /// caller's CPU) when another pool holds any of their CPUs.
+    fn leave_held_cpus_to_their_pools(&mut self) {
+        let held = pool_topo::held_cpus();
+        let taken: Vec<usize> = self
+            .worker_cpus
+            .iter()
+            .flatten()
+            .copied()
+            .chain(self.caller_cpu)
+            .filter(|cpu| held.contains(cpu))
+            .collect();
+        if !taken.is_empty() {
+            tracing::warn!(
+                "pool-core: CPUs {} are held by this process's other pools; building this pool \
+                 unpinned rather than on top of them",
+                pool_topo::format_cpu_list(&taken)
+            );
+            self.worker_cpus = None;
+            self.caller_cpu = None;
+        }
     }
 
     /// The worker count this builder will spawn.
@@ -241,7 +281,10 @@ impl PoolBuilder {
 
     /// Spawns the workers and returns once all of them are running (their
     /// kernel thread ids recorded, pins applied, start hooks returned).
-    pub fn build(self) -> io::Result<Pool> {
+    pub fn build(mut self) -> io::Result<Pool> {
+        if self.share_cpus {
+            self.leave_held_cpus_to_their_pools();
+        }
         if self.zero_width {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -280,6 +323,7 @@ impl PoolBuilder {
             handles: Vec::with_capacity(self.workers),
             tids: Vec::new(),
             caller_cpu: self.caller_cpu,
+            cpu_hold: None,
         };
         let widen = process::Arc::new(if self.worker_cpus.is_none() {
             cpus_to_widen_to()
@@ -322,6 +366,18 @@ impl PoolBuilder {
         }
         pool.threads = threads.into_boxed_slice();
         pool.tids = startup.wait_all(self.workers)?;
+        // The pinned workers' CPUs and the caller's, for the plans of the
+        // pools built after this one (`pool_topo::held_cpus`).
+        let pinned: Vec<usize> = self
+            .worker_cpus
+            .iter()
+            .flatten()
+            .copied()
+            .chain(self.caller_cpu)
+            .collect();
+        if !pinned.is_empty() {
+            pool.cpu_hold = Some(pool_topo::hold_cpus(&pinned));
+        }
         crate::global::registry::add(pool.shared.id(), &pool.tids);
         tracing::debug!(
             workers = self.workers,

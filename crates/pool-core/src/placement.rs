@@ -127,9 +127,13 @@ impl PoolBuilder {
     /// A builder laid out by `plan`: `plan.workers` workers, worker `i`
     /// pinned to `plan.worker_cpus[i]`.
     pub fn from_plan(plan: &CpuPoolPlan) -> PoolBuilder {
-        let builder = PoolBuilder::new()
-            .workers(plan.workers)
-            .pin_workers(plan.worker_cpus.clone());
+        let builder = PoolBuilder::new().workers(plan.workers);
+        // A plan that pins nothing (other pools hold the CPUs) says why.
+        let builder = if plan.worker_cpus.len() == plan.workers {
+            builder.pin_workers(plan.worker_cpus.clone())
+        } else {
+            builder
+        };
         match plan.caller_cpu {
             Some(cpu) => builder.caller_cpu(cpu),
             None => builder,

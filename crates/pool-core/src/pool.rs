@@ -56,6 +56,8 @@ pub struct Pool {
     pub(crate) tids: Vec<i32>,
     /// The CPU the plan kept for the caller, if the pool came from one.
     pub(crate) caller_cpu: Option<usize>,
+    /// This pool's pinned CPUs in the process's record, released on drop.
+    pub(crate) cpu_hold: Option<pool_topo::CpuHold>,
 }
 
 impl Pool {

@@ -460,3 +460,76 @@ fn two_pools_used_in_turn_settle_with_both_workers_off_the_callers_cpu() {
         );
     });
 }
+
+/// Two pools planned from this machine, one after the other, for two
+/// decode threads: the second does not pin its workers onto the first's
+/// CPUs (on 2 CPUs it pins nothing and says why), and the first's CPUs
+/// are free again once it is dropped.
+#[test]
+#[cfg(any(target_os = "linux", windows))]
+fn a_second_pool_is_not_planned_onto_the_first_pools_pinned_cpus() {
+    watched("ledger", |_| {
+        let first_plan = pool_topo::plan_cpu_pool(2, false);
+        let first = Pool::from_plan(&first_plan).unwrap();
+        let held = pool_topo::held_cpus();
+        for cpu in first_plan.cpus() {
+            assert!(
+                held.contains(&cpu),
+                "CPU {cpu} of the first pool is held: {held:?}"
+            );
+        }
+        let second_plan = pool_topo::plan_cpu_pool(2, false);
+        for cpu in second_plan.cpus() {
+            assert!(
+                !first_plan.cpus().contains(&cpu),
+                "the second plan {second_plan:?} takes CPU {cpu} of the first {first_plan:?}"
+            );
+        }
+        if second_plan.worker_cpus.is_empty() {
+            assert!(second_plan.unpinned_because.is_some(), "{second_plan:?}");
+        }
+        let second = Pool::from_plan(&second_plan).unwrap();
+        // Both decode at once, each from its own thread.
+        std::thread::scope(|s| {
+            for pool in [&first, &second] {
+                s.spawn(move || {
+                    for _ in 0..200 {
+                        pool.run(|_, _| {});
+                    }
+                });
+            }
+        });
+        drop(first);
+        drop(second);
+        let after = pool_topo::held_cpus();
+        for cpu in first_plan.cpus() {
+            assert!(!after.contains(&cpu), "CPU {cpu} released: {after:?}");
+        }
+    });
+}
+
+#[test]
+fn a_builder_told_to_share_does_not_pin_on_top_of_another_pools_workers() {
+    watched("share", |_| {
+        let cpu = pool_topo::process_affinity_cpus()[0];
+        let first = Pool::builder().workers(1).pin_workers(vec![cpu]).build();
+        let Ok(first) = first else {
+            eprintln!("pinning is refused here: skipping");
+            return;
+        };
+        let ((), warnings) = testkit::capture_warnings(|| {
+            let second = Pool::builder()
+                .workers(1)
+                .pin_workers(vec![cpu])
+                .share_cpus_with_other_pools()
+                .build()
+                .unwrap();
+            second.run(|_, _| {});
+        });
+        assert!(
+            warnings.contains("held by this process's other pools"),
+            "{warnings}"
+        );
+        drop(first);
+    });
+}

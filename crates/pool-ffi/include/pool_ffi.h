@@ -100,8 +100,11 @@ void pool_set_forced_width(size_t threads);
 /**
  * A pool sized and pinned from the environment (forced width,
  * `FERROX_CPU_THREADS`, `RAYON_NUM_THREADS`, physical performance cores).
- * A width of 1 gives a caller-only pool (0 workers). NULL if the threads
- * could not be started. Free with `pool_destroy`.
+ * Its workers are placed on CPUs no other live pool of the process holds
+ * (`pool_held_cpus`); when none are free they are left unpinned rather
+ * than pinned on top of another pool's. A width of 1 gives a caller-only
+ * pool (0 workers). NULL if the threads could not be started. Free with
+ * `pool_destroy`.
  */
 struct PoolHandle *pool_create_from_env(void);
 
@@ -225,6 +228,17 @@ size_t pool_all_worker_tids(int32_t *out, size_t capacity);
  * `out` holds `capacity` writable bytes (or is NULL with `capacity` 0).
  */
 size_t pool_env_warnings(char *out, size_t capacity);
+
+/**
+ * Writes up to `capacity` of the CPUs this process's live pools hold
+ * (their pinned workers and the CPUs their plans kept for their callers)
+ * to `out`, ascending, and returns how many there are.
+ *
+ * # Safety
+ *
+ * `out` holds `capacity` writable `int32_t` (or is NULL with `capacity` 0).
+ */
+size_t pool_held_cpus(int32_t *out, size_t capacity);
 
 #ifdef __cplusplus
 }  // extern "C"

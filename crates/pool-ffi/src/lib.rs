@@ -99,8 +99,11 @@ fn into_handle(pool: std::io::Result<Pool>) -> *mut PoolHandle {
 
 /// A pool sized and pinned from the environment (forced width,
 /// `FERROX_CPU_THREADS`, `RAYON_NUM_THREADS`, physical performance cores).
-/// A width of 1 gives a caller-only pool (0 workers). NULL if the threads
-/// could not be started. Free with `pool_destroy`.
+/// Its workers are placed on CPUs no other live pool of the process holds
+/// (`pool_held_cpus`); when none are free they are left unpinned rather
+/// than pinned on top of another pool's. A width of 1 gives a caller-only
+/// pool (0 workers). NULL if the threads could not be started. Free with
+/// `pool_destroy`.
 #[no_mangle]
 pub extern "C" fn pool_create_from_env() -> *mut PoolHandle {
     catch_unwind(|| {
@@ -390,4 +393,23 @@ pub unsafe extern "C" fn pool_env_warnings(out: *mut std::ffi::c_char, capacity:
         }
     }
     text.len()
+}
+
+/// Writes up to `capacity` of the CPUs this process's live pools hold
+/// (their pinned workers and the CPUs their plans kept for their callers)
+/// to `out`, ascending, and returns how many there are.
+///
+/// # Safety
+///
+/// `out` holds `capacity` writable `int32_t` (or is NULL with `capacity` 0).
+#[no_mangle]
+pub unsafe extern "C" fn pool_held_cpus(out: *mut i32, capacity: usize) -> usize {
+    let cpus = pool_topo::held_cpus();
+    if !out.is_null() {
+        for (i, cpu) in cpus.iter().take(capacity).enumerate() {
+            // SAFETY: `i < capacity` writable slots, by the contract.
+            unsafe { out.add(i).write(*cpu as i32) };
+        }
+    }
+    cpus.len()
 }

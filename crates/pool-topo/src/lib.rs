@@ -28,6 +28,7 @@ mod error;
 mod hetero;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod huge_pages;
+mod ledger;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod mapped_file;
 mod memory;
@@ -51,6 +52,7 @@ pub use hetero::{ClassSource, CoreClass};
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[cfg_attr(docsrs, doc(cfg(any(target_os = "linux", target_os = "android"))))]
 pub use huge_pages::HugePageCopy;
+pub use ledger::{held_cpus, hold_cpus, CpuHold};
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[cfg_attr(docsrs, doc(cfg(any(target_os = "linux", target_os = "android"))))]
 pub use mapped_file::MappedFile;
@@ -62,7 +64,8 @@ pub use numa::{
     BIND_THRESHOLD_PERCENT, MAX_SAMPLE_PAGES, NUMA_ENV, NUMA_TRACE_ENV, SYSFS_NODE_ROOT,
 };
 pub use plan::{
-    clamp_intra_op_threads, placement_order, plan_cpu_pool, plan_cpu_pool_in, CpuPoolPlan,
+    clamp_intra_op_threads, placement_order, plan_cpu_pool, plan_cpu_pool_in,
+    plan_cpu_pool_in_avoiding, CpuPoolPlan,
 };
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[cfg_attr(docsrs, doc(cfg(any(target_os = "linux", target_os = "android"))))]

@@ -312,3 +312,42 @@ fn a_coordinator_makes_room_instead_of_sharing_a_cpu_or_taking_an_efficiency_cor
     all.dedup();
     assert_eq!(all.len(), width, "no two threads on one CPU: {plan:?}");
 }
+
+/// Two pools of one process planned one after the other on a 16-core SMT
+/// server: the second gets the cores the first left, never its CPUs; a
+/// plan made when every CPU is held pins nothing and says why.
+#[test]
+fn plans_for_pools_built_in_turn_take_disjoint_cpus_and_pin_nothing_once_all_are_held() {
+    let t = topology("smt-16c32t", 0..32);
+    let first = pool_topo::plan_cpu_pool_in_avoiding(&t, 8, false, &[]);
+    let second = pool_topo::plan_cpu_pool_in_avoiding(&t, 8, false, &first.cpus());
+    assert_eq!(first.cpus(), (0..8).collect::<Vec<_>>());
+    assert_eq!(
+        second.cpus(),
+        (8..16).collect::<Vec<_>>(),
+        "the next 8 physical cores"
+    );
+    assert_eq!(second.workers, 7);
+    assert!(second.unpinned_because.is_none());
+    // Cores gone: SMT siblings next, still disjoint.
+    let held: Vec<usize> = first.cpus().into_iter().chain(second.cpus()).collect();
+    let third = pool_topo::plan_cpu_pool_in_avoiding(&t, 8, false, &held);
+    assert_eq!(third.cpus(), (16..24).collect::<Vec<_>>());
+    // Everything held: nothing pinned, and the reason names the held CPUs.
+    let all: Vec<usize> = (0..32).collect();
+    let none = pool_topo::plan_cpu_pool_in_avoiding(&t, 8, false, &all);
+    assert!(
+        none.worker_cpus.is_empty() && none.caller_cpu.is_none(),
+        "{none:?}"
+    );
+    assert_eq!(none.workers, 7, "the workers still exist, unpinned");
+    let reason = none.unpinned_because.expect("a reason");
+    assert!(
+        reason.contains("0-31") && reason.contains("not pinned"),
+        "{reason}"
+    );
+    // Fewer free than threads: also unpinned, never half on a held CPU.
+    let most: Vec<usize> = (0..28).collect();
+    let short = pool_topo::plan_cpu_pool_in_avoiding(&t, 8, false, &most);
+    assert!(short.worker_cpus.is_empty() && short.unpinned_because.is_some());
+}

@@ -42,6 +42,16 @@ int main(void) {
     PoolHandle *pool = pool_create_from_env();
     CHECK(pool != NULL, "create_from_env");
     CHECK(pool_workers(pool) == 2, "forced width 3 = 2 workers + caller");
+#ifdef __linux__
+    int32_t held[64];
+    size_t held_count = pool_held_cpus(held, 64);
+    CHECK(held_count >= 1, "a planned pool holds its pinned CPUs");
+    /* A second planned pool never pins onto them. */
+    PoolHandle *beside = pool_create_from_env();
+    CHECK(beside != NULL, "a second planned pool");
+    CHECK(pool_held_cpus(NULL, 0) >= held_count, "held CPUs only grow while both live");
+    pool_destroy(beside);
+#endif
 
     size_t rows = 10000;
     struct squares s = { calloc(rows, sizeof(double)), 0 };
