@@ -294,8 +294,15 @@ impl Scenario {
                 Exec::PoolDefault | Exec::PoolFixed => {
                     let mut builder = Pool::builder().workers(workers).spin_policy(policy);
                     if number == 3 {
+                        // The plan one pool gets alone: the executors of a
+                        // setting are measured in turn, never at once, so
+                        // each gets the CPUs as if it were the only pool.
                         let width = pool_topo::resolve_cpu_threads(None);
-                        let plan = pool_topo::plan_cpu_pool(width.threads, false);
+                        let plan = pool_topo::plan_cpu_pool_in(
+                            &pool_topo::CpuTopology::detect(),
+                            width.threads,
+                            false,
+                        );
                         if plan.workers == workers {
                             builder = builder.pin_workers(plan.worker_cpus);
                         }

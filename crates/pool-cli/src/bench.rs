@@ -16,25 +16,7 @@ use pool_matvec::{
 };
 use serde::Serialize;
 
-/// Median, extremes and count of repeated samples.
-#[derive(Serialize, Clone, Copy)]
-pub(crate) struct Summary {
-    pub(crate) median: f64,
-    min: f64,
-    max: f64,
-    samples: usize,
-}
-
-impl From<Stats> for Summary {
-    fn from(s: Stats) -> Self {
-        Summary {
-            median: s.median,
-            min: s.min,
-            max: s.max,
-            samples: s.samples,
-        }
-    }
-}
+use crate::measure::{line, tokens_per_s, Summary};
 
 /// The JSON object of `pool bench --json` (docs/cli.md).
 #[derive(Serialize)]
@@ -53,6 +35,13 @@ pub(crate) struct BenchReport {
     decode_formats: Vec<DecodeFormat>,
     llama2: Vec<crate::llama::CheckpointBench>,
     waiting: crate::waiting::Waiting,
+    /// Other processes' CPU use during the run (null where /proc cannot
+    /// be read); `contaminated`: the figures are not results.
+    contamination: Option<crate::measure::Contamination>,
+    /// Figures the machine cannot produce (a share of a ceiling above
+    /// 100 %, a speed-up above the participant count): problems, not
+    /// results.
+    measurement_problems: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -290,22 +279,6 @@ fn gbs_once(bytes: usize, f: impl FnOnce()) -> f64 {
     let start = Instant::now();
     f();
     bytes as f64 / start.elapsed().as_nanos() as f64
-}
-
-pub(crate) fn tokens_per_s(
-    model: &DecodeModel,
-    exec: &dyn DecodeExecutor,
-    tokens: usize,
-) -> Summary {
-    model.decode(exec, 1); // warm-up
-    let runs = (0..tokens)
-        .map(|_| {
-            let start = Instant::now();
-            std::hint::black_box(model.decode(exec, 1));
-            1.0 / start.elapsed().as_secs_f64()
-        })
-        .collect();
-    Stats::of(runs).into()
 }
 
 pub(crate) fn measure(quick: bool) -> BenchReport {
@@ -551,14 +524,40 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         decode_formats,
         llama2,
         waiting,
+        contamination: None,
+        measurement_problems: Vec::new(),
     }
 }
 
-pub(crate) fn line(name: &str, s: &Summary, unit: &str) {
-    println!(
-        "  {name:<34} {:>10.1} {unit:<9} (min {:.1}, max {:.1}, n={})",
-        s.median, s.min, s.max, s.samples
-    );
+/// The figures of `r` this machine cannot produce, in words.
+fn measurement_problems(r: &BenchReport) -> Vec<String> {
+    let b = &r.bandwidth;
+    let mut problems: Vec<String> = [
+        ("pool f32 matvec", b.f32_pool_pct_of_ceiling),
+        ("pool Q8_0 matvec", b.q8_0_pool_pct_of_ceiling),
+        ("pool Q4_0 matvec", b.q4_0_pool_pct_of_ceiling),
+    ]
+    .into_iter()
+    .filter_map(|(what, pct)| crate::measure::impossible_share(what, pct / 100.0))
+    .collect();
+    for k in &r.kernel_shapes {
+        problems.extend(crate::measure::impossible_share(
+            &format!("the serial kernel on {}x{}", k.rows, k.cols),
+            k.kernel_vs_ceiling,
+        ));
+    }
+    problems.extend(crate::llama::impossible_figures(&r.llama2));
+    let limit = r.participants as f64 * 1.1;
+    for f in &r.decode_formats {
+        if f.pool_vs_serial > limit {
+            problems.push(format!(
+                "the {} decode ran {:.2}x faster on the pool than serially with {} participants: \
+                 a measurement problem, not a result",
+                f.format, f.pool_vs_serial, r.participants
+            ));
+        }
+    }
+    problems
 }
 
 pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
@@ -568,7 +567,9 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
             if quick { " (quick)" } else { "" }
         );
     }
-    let r = measure(quick);
+    let (mut r, contamination) = crate::measure::watched_for_neighbours(|| measure(quick));
+    r.contamination = contamination;
+    r.measurement_problems = measurement_problems(&r);
     if json {
         println!(
             "{}",
@@ -576,6 +577,11 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
         );
         return Ok(());
     }
+    // Printed after the figures too; first, so nobody reads them as results.
+    for problem in &r.measurement_problems {
+        eprintln!("pool bench: {problem}");
+    }
+    crate::measure::warn_if_contaminated("pool bench", r.contamination);
     let f = &r.fork_join_ns;
     println!(
         "fork-join, empty job, {} participants (medians)",

@@ -14,7 +14,7 @@ use pool_llama::{
 use pool_matvec::{RowParallel, Serial};
 use serde::Serialize;
 
-use crate::bench::Summary;
+use crate::measure::{Contamination, Summary};
 
 /// Which executor runs the decoder's row jobs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -162,6 +162,12 @@ struct DecodeReport {
     read_ceiling_gbs: f64,
     bound_tokens_per_s: f64,
     share_of_bound: f64,
+    /// Other processes' CPU use during the run (null where /proc cannot
+    /// be read); `contaminated`: the figures are not results.
+    contamination: Option<Contamination>,
+    /// Figures the machine cannot produce (a share of the bound above
+    /// 100 %): reported as problems, never as results.
+    measurement_problems: Vec<String>,
 }
 
 /// A tensor type a model uses and how many of its matrices do.
@@ -377,6 +383,7 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
             crate::threads_phrase(threads)
         );
     }
+    let meter = pool_topo::CpuMeter::start();
     let dispatches_before = pool_core::dispatch_count();
     let stats_before = built.ceiling_pool().map(Pool::stats);
     let (rate, tokens) = if o.executor == Executor::OpenMp {
@@ -418,6 +425,15 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
     let ceiling = weights_ceiling_gbs(&model, ceiling_on, 5);
     let bytes_per_token = model.bytes_per_token();
     let bound = ceiling * 1e9 / bytes_per_token as f64;
+    let contamination = meter.and_then(|m| m.foreign()).map(|f| Contamination {
+        foreign_cpus: f.cpus,
+        share_of_cpus: f.share,
+        contaminated: f.contaminated(),
+    });
+    let measurement_problems: Vec<String> =
+        crate::measure::impossible_share("the decode", rate / bound)
+            .into_iter()
+            .collect();
     let report = DecodeReport {
         model: o.model.display().to_string(),
         format: model.format().to_string(),
@@ -449,6 +465,8 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         read_ceiling_gbs: ceiling,
         bound_tokens_per_s: bound,
         share_of_bound: rate / bound,
+        contamination,
+        measurement_problems,
     };
     if o.json {
         println!(
@@ -479,14 +497,22 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         steps.saturating_sub(1),
         report.dispatches_per_token
     );
+    let reached = if report.measurement_problems.is_empty() {
+        format!("reached {:.0} %", 100.0 * report.share_of_bound)
+    } else {
+        "reached: n/a (a measurement problem, below)".to_owned()
+    };
     println!(
-        "bound: {:.1} GB/s read ceiling over the weights at {} / {:.1} MB per token = {:.1} tokens/s; reached {:.0} %",
+        "bound: {:.1} GB/s read ceiling over the weights at {} / {:.1} MB per token = {:.1} tokens/s; {reached}",
         ceiling,
         crate::threads_phrase(threads),
         bytes_per_token as f64 / 1e6,
         bound,
-        100.0 * report.share_of_bound
     );
+    for problem in &report.measurement_problems {
+        eprintln!("pool decode: {problem}");
+    }
+    crate::measure::warn_if_contaminated("pool decode", report.contamination);
     Ok(())
 }
 
@@ -631,17 +657,17 @@ pub(crate) fn print_checkpoints(benches: &[CheckpointBench]) {
             b.file_mb,
             b.steps - 1
         );
-        crate::bench::line("serial", &b.serial_tokens_per_s, "tokens/s");
-        crate::bench::line("rayon", &b.rayon_tokens_per_s, "tokens/s");
-        crate::bench::line("pool", &b.pool_tokens_per_s, "tokens/s");
-        crate::bench::line(
+        crate::measure::line("serial", &b.serial_tokens_per_s, "tokens/s");
+        crate::measure::line("rayon", &b.rayon_tokens_per_s, "tokens/s");
+        crate::measure::line("pool", &b.pool_tokens_per_s, "tokens/s");
+        crate::measure::line(
             "pool, weights in a huge-page copy",
             &b.pool_huge_pages_tokens_per_s,
             "tokens/s",
         );
         match (&b.openmp_tokens_per_s, b.pool_vs_openmp) {
             (Some(rate), Some(ratio)) => {
-                crate::bench::line("llama2.c, C + OpenMP (-Ofast)", rate, "tokens/s");
+                crate::measure::line("llama2.c, C + OpenMP (-Ofast)", rate, "tokens/s");
                 println!(
                     "  pool/OpenMP {ratio:.2}x{}",
                     if b.openmp_same_tokens == Some(true) {
@@ -665,4 +691,17 @@ pub(crate) fn print_checkpoints(benches: &[CheckpointBench]) {
             if b.same_tokens { "" } else { "; TOKENS DIFFER between executors" }
         );
     }
+}
+
+/// The figures of the checkpoint benchmark this machine cannot produce.
+pub(crate) fn impossible_figures(benches: &[CheckpointBench]) -> Vec<String> {
+    benches
+        .iter()
+        .filter_map(|b| {
+            crate::measure::impossible_share(
+                &format!("the pool's {} decode", b.name),
+                b.pool_share_of_bound,
+            )
+        })
+        .collect()
 }

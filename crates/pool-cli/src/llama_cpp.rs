@@ -20,7 +20,7 @@ use std::process::Command;
 use pool_benches::Stats;
 use serde::Serialize;
 
-use crate::bench::Summary;
+use crate::measure::Summary;
 
 /// The files compared, in `target/llama.cpp/models/`.
 const GGUF: [&str; 5] = [

@@ -6,6 +6,7 @@
 mod bench;
 mod llama;
 mod llama_cpp;
+mod measure;
 mod peers;
 mod scenarios;
 mod topo;

@@ -55,11 +55,18 @@ struct TuneReport {
     tokens_per_point: usize,
     points: Vec<Point>,
     best: Point,
+    /// What to set, or, after a contaminated sweep, why nothing is
+    /// recommended and what to do.
     recommendation: String,
+    /// Whether a setting is recommended (false after a contaminated sweep).
+    recommended: bool,
+    /// Other processes' CPU use during the sweep (null where /proc cannot
+    /// be read).
+    contamination: Option<crate::measure::Contamination>,
 }
 
 fn median_tokens_per_s(model: &DecodeModel, exec: &dyn DecodeExecutor, tokens: usize) -> f64 {
-    crate::bench::tokens_per_s(model, exec, tokens).median
+    crate::measure::tokens_per_s(model, exec, tokens).median
 }
 
 pub(crate) fn run(o: Options) -> Result<(), String> {
@@ -98,6 +105,7 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").map_err(|e| e.to_string())?,
     );
+    let meter = pool_topo::CpuMeter::start();
     let mut points = Vec::with_capacity(total);
     let mut adaptive_points = Vec::with_capacity(max);
     for participants in 1..=max {
@@ -147,6 +155,13 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
         }
     };
     bar.finish_and_clear();
+    let contamination = meter
+        .and_then(|m| m.foreign())
+        .map(|f| crate::measure::Contamination {
+            foreign_cpus: f.cpus,
+            share_of_cpus: f.share,
+            contaminated: f.contaminated(),
+        });
     let best = *points
         .iter()
         .max_by(|a, b| a.tokens_per_s.total_cmp(&b.tokens_per_s))
@@ -157,7 +172,16 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
         .iter()
         .max_by(|a, b| a.tokens_per_s.total_cmp(&b.tokens_per_s))
         .expect("at least one width");
-    let recommendation = if best_adaptive.tokens_per_s * 1.03 >= best.tokens_per_s {
+    let contaminated = contamination.is_some_and(|c| c.contaminated);
+    let recommendation = if let Some(c) = contamination.filter(|c| c.contaminated) {
+        format!(
+            "none: other processes used {:.2} CPUs ({:.0} % of the usable ones) during the sweep, \
+             so its figures say nothing about this machine; run it again on a quiet machine, or \
+             keep the defaults (FERROX_CPU_THREADS unset, the adaptive policy)",
+            c.foreign_cpus,
+            100.0 * c.share_of_cpus
+        )
+    } else if best_adaptive.tokens_per_s * 1.03 >= best.tokens_per_s {
         format!(
             "FERROX_CPU_THREADS={} (CMF_POOL_SPIN unset: the adaptive policy, {:.1} tokens/s, is ahead of or within 3 % of the best fixed budget's {:.1})",
             best_adaptive.participants, best_adaptive.tokens_per_s, best.tokens_per_s
@@ -182,6 +206,8 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
         points,
         best,
         recommendation,
+        recommended: !contaminated,
+        contamination,
     };
     if o.json {
         println!(

@@ -9,7 +9,7 @@ use pool_core::{Pool, SpinPolicy};
 use pool_matvec::decode::{DecodeExecutor, DecodeModel};
 use serde::Serialize;
 
-use crate::bench::{tokens_per_s, Summary};
+use crate::measure::{tokens_per_s, Summary};
 
 /// Fixed budgets compared with the adaptive policy.
 pub(crate) const FIXED_BUDGETS: [usize; 5] = [0, 500, 4000, 20000, 200000];

@@ -22,6 +22,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 mod affinity;
 mod cgroup;
+mod cpu_meter;
 mod cpulist;
 mod env_warnings;
 mod error;
@@ -45,6 +46,7 @@ pub use cgroup::{
     cpu_quota, cpu_quota_in, parse_cpu_max, quota_cpus, quota_cpus_in, CgroupVersion, CpuQuota,
     CGROUP_ROOT,
 };
+pub use cpu_meter::{parse_busy_ticks, CpuMeter, ForeignCpu, CONTAMINATION_SHARE};
 pub use cpulist::{format_cpu_list, parse_cpu_list};
 pub use env_warnings::{env_warnings, warn_env, EnvWarning};
 pub use error::TopoError;

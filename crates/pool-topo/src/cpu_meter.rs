@@ -1,0 +1,134 @@
+//! How much CPU other processes used while something was measured: a
+//! figure taken while they ran is not a result, and the tools that measure
+//! say so next to it.
+
+use std::time::Instant;
+
+/// Busy and own CPU time at the start of a measurement.
+#[derive(Debug, Clone)]
+pub struct CpuMeter {
+    start: Instant,
+    busy_s: f64,
+    own_s: f64,
+}
+
+/// What other processes used over a measurement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ForeignCpu {
+    /// CPUs other processes kept busy on average (CPU seconds per second).
+    pub cpus: f64,
+    /// That as a share of the CPUs this process may use.
+    pub share: f64,
+}
+
+/// Above this share of the usable CPUs, a measurement is contaminated.
+pub const CONTAMINATION_SHARE: f64 = 0.05;
+
+impl ForeignCpu {
+    /// Whether other processes used more than [`CONTAMINATION_SHARE`] of
+    /// the usable CPUs: the figures measured meanwhile are not results.
+    pub fn contaminated(&self) -> bool {
+        self.share > CONTAMINATION_SHARE
+    }
+}
+
+impl CpuMeter {
+    /// Starts measuring (`None` where `/proc/stat` or this process's CPU
+    /// time cannot be read: other systems, a hidden /proc).
+    pub fn start() -> Option<CpuMeter> {
+        Some(CpuMeter {
+            start: Instant::now(),
+            busy_s: machine_busy_seconds()?,
+            own_s: own_cpu_seconds()?,
+        })
+    }
+
+    /// Other processes' CPU use since [`CpuMeter::start`]: the machine's
+    /// busy time (`/proc/stat`: user, nice, system, irq, softirq, steal)
+    /// less this process's own (`/proc/self/stat`), per second of wall
+    /// time. `None` if the counters cannot be read again.
+    pub fn foreign(&self) -> Option<ForeignCpu> {
+        let wall = self.start.elapsed().as_secs_f64();
+        if wall <= 0.0 {
+            return None;
+        }
+        let busy = machine_busy_seconds()? - self.busy_s;
+        let own = own_cpu_seconds()? - self.own_s;
+        let cpus = ((busy - own) / wall).max(0.0);
+        Some(ForeignCpu {
+            cpus,
+            share: cpus / crate::usable_cpus() as f64,
+        })
+    }
+}
+
+/// Clock ticks per second of `/proc`'s counters.
+fn ticks_per_second() -> f64 {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        if ticks > 0 {
+            return ticks as f64;
+        }
+    }
+    100.0
+}
+
+/// Seconds every CPU of the machine spent busy since boot.
+fn machine_busy_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_busy_ticks(&stat).map(|ticks| ticks as f64 / ticks_per_second())
+}
+
+/// Busy ticks from the `cpu` line of `/proc/stat`: user, nice, system,
+/// irq, softirq and steal (not idle or iowait).
+pub fn parse_busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    let at = |i: usize| fields.get(i).copied().unwrap_or(0);
+    Some(at(0) + at(1) + at(2) + at(5) + at(6) + at(7))
+}
+
+/// This process's user and system CPU seconds (`/proc/self/stat`).
+fn own_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the `(comm)`, which may hold spaces: utime is field 14,
+    // stime 15, counted from 1 with pid first.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / ticks_per_second())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_ticks_leave_out_idle_and_iowait() {
+        let stat = "cpu  100 5 50 9000 40 3 2 1 0 0\ncpu0 50 2 25 4500 20 1 1 0 0 0\n";
+        assert_eq!(parse_busy_ticks(stat), Some(100 + 5 + 50 + 3 + 2 + 1));
+        assert_eq!(parse_busy_ticks("intr 1 2 3\n"), None);
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_busy_process_beside_is_seen_and_our_own_work_is_not() {
+        let meter = CpuMeter::start().expect("/proc is readable here");
+        // Our own spinning: not foreign.
+        let until = Instant::now() + std::time::Duration::from_millis(200);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        let own = meter.foreign().unwrap();
+        // Whatever else the machine runs shows, but our 0.2 s of spinning
+        // must not count as a whole CPU of foreign load.
+        assert!(own.cpus < 0.9, "{own:?}");
+    }
+}
