@@ -28,7 +28,7 @@ fn matvec(c: &mut Criterion) {
         .num_threads(cpus)
         .build()
         .unwrap();
-    // 4096x4096 (64 MiB) is the "DRAM-sized" matrix, but this CI
+    // 4096x4096 (64 MiB) is the usual "DRAM-sized" matrix, but this CI
     // machine's L3 is 480 MiB: the 1 GiB matrix is the one past the cache.
     for (name, n) in [
         ("16384x16384_1GiB", 16384),

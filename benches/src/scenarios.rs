@@ -23,8 +23,8 @@ use rayon::prelude::*;
 /// into a decoding neighbour (setting 8): `decode:<seconds>`.
 pub const NEIGHBOUR_ENV: &str = "POOL_BENCH_NEIGHBOUR";
 
-/// The settings, numbered as in the deployment-settings issue.
-pub const SETTINGS: [(u32, &str); 12] = [
+/// The deployment settings, numbered as `pool bench --scenarios` prints them.
+pub const SETTINGS: [(u32, &str); 18] = [
     (1, "baseline: unpinned pool, unpinned caller"),
     (2, "caller pinned to one CPU before the pool is built"),
     (
@@ -40,6 +40,12 @@ pub const SETTINGS: [(u32, &str); 12] = [
     (10, "oversubscribed: 4x as many workers as CPUs"),
     (11, "bursty: 1 ms idle gaps between tokens"),
     (12, "bursty: 20 ms idle gaps between tokens"),
+    (13, "three busy processes beside the decode"),
+    (14, "a bursty 2-thread neighbour, 20 ms on, 20 ms off"),
+    (15, "the decode at nice 10, a busy neighbour at nice 0"),
+    (16, "two pools pinned by the user to the same CPUs, in turn"),
+    (17, "two pools pinned by the user to the same CPUs, at once"),
+    (18, "two planned pools (Pool::for_this_machine) at once"),
 ];
 
 /// The fixed budget measured beside the default policy.
@@ -190,6 +196,10 @@ pub struct Scenario {
     /// Mask of the entering thread, restored on drop (settings 2, 3).
     restore_mask: Option<Vec<usize>>,
     neighbour: Option<Child>,
+    /// More neighbours (setting 13).
+    more_neighbours: Vec<Child>,
+    /// The nice value to restore on drop (setting 15).
+    restore_nice: Option<i32>,
     quota: Option<pool_topo::CpuQuotaGroup>,
     throttled_at_entry: Option<u64>,
     built: HashMap<(Exec, usize), Built>,
@@ -207,6 +217,8 @@ impl Scenario {
             cpus,
             restore_mask: None,
             neighbour: None,
+            more_neighbours: Vec::new(),
+            restore_nice: None,
             quota: None,
             throttled_at_entry: None,
             built: HashMap::new(),
@@ -235,10 +247,22 @@ impl Scenario {
                 s.workers = pool_topo::usable_cpus().saturating_sub(1).max(1);
             }
             10 => s.workers = 4 * usable,
-            1 | 4 | 5 | 6 | 11 | 12 => {}
+            13 => {
+                for _ in 0..3 {
+                    s.more_neighbours.push(unpinned_busy_process()?);
+                }
+            }
+            14 => s.neighbour = Some(neighbour_process("bursty:120")?),
+            15 => {
+                // Every thread built here inherits the entering thread's
+                // nice value: the pools', rayon's and the caller itself.
+                s.restore_nice = Some(set_own_nice(10)?);
+                s.neighbour = Some(busy_process(*s.cpus.last().unwrap())?);
+            }
+            1 | 4 | 5 | 6 | 11 | 12 | 16 | 17 | 18 => {}
             _ => return Err(format!("no setting {number}")),
         }
-        if s.neighbour.is_some() {
+        if s.neighbour.is_some() || !s.more_neighbours.is_empty() {
             // Let the neighbour get going.
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -291,8 +315,33 @@ impl Scenario {
                 _ => SpinPolicy::adaptive(),
             };
             match exec {
+                Exec::PoolDefault | Exec::PoolFixed if number == 18 => {
+                    // As two decode threads would each build theirs: the
+                    // second plan avoids the first pool's CPUs.
+                    let width = pool_topo::resolve_cpu_threads(None);
+                    let plan = pool_topo::plan_cpu_pool(width.threads, false);
+                    Built::Pool(
+                        pool_core::PoolBuilder::from_plan(&plan)
+                            .spin_policy(policy)
+                            .build()
+                            .or_else(|_| {
+                                Pool::builder()
+                                    .workers(plan.workers)
+                                    .spin_policy(policy)
+                                    .build()
+                            })
+                            .expect("spawn the pool's workers"),
+                    )
+                }
                 Exec::PoolDefault | Exec::PoolFixed => {
                     let mut builder = Pool::builder().workers(workers).spin_policy(policy);
+                    if number == 16 || number == 17 {
+                        // The user pins both pools' workers the same way:
+                        // the CPUs after the first, as a naive engine would.
+                        let cpus = pool_topo::process_affinity_cpus();
+                        let pins = (0..workers).map(|w| cpus[(w + 1) % cpus.len()]).collect();
+                        builder = builder.pin_workers(pins);
+                    }
                     if number == 3 {
                         // The plan one pool gets alone: the executors of a
                         // setting are measured in turn, never at once, so
@@ -327,7 +376,7 @@ impl Scenario {
     pub fn time_tokens(&mut self, exec: Exec, model: &DecodeModel, tokens: usize) -> Duration {
         let tokens = self.tokens_per_sample(tokens);
         match self.number {
-            4 => {
+            4 | 16 => {
                 self.built(exec, 0);
                 self.built(exec, 1);
                 let (a, b) = (&self.built[&(exec, 0)], &self.built[&(exec, 1)]);
@@ -340,8 +389,8 @@ impl Scenario {
                 std::hint::black_box(model.decode(&in_turn, tokens));
                 start.elapsed() / tokens as u32
             }
-            5 | 6 => {
-                let copies = if self.number == 5 { [0, 1] } else { [0, 0] };
+            5 | 6 | 17 | 18 => {
+                let copies = if self.number == 6 { [0, 0] } else { [0, 1] };
                 for copy in copies {
                     self.built(exec, copy);
                 }
@@ -415,9 +464,20 @@ impl Drop for Scenario {
         // Executors first: their threads must not outlive the setting's
         // cgroup or pins.
         self.built.clear();
-        if let Some(mut child) = self.neighbour.take() {
+        for mut child in self
+            .neighbour
+            .take()
+            .into_iter()
+            .chain(self.more_neighbours.drain(..))
+        {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if let Some(nice) = self.restore_nice.take() {
+            // Lowering nice again needs privilege; where refused, the
+            // thread stays at 10 (the setting is the matrix's last but
+            // three, and the bench process exits after it).
+            let _ = set_own_nice(nice);
         }
         self.quota = None;
         if let Some(mask) = self.restore_mask.take() {
@@ -437,6 +497,37 @@ fn busy_process(cpu: usize) -> Result<Child, String> {
     Ok(child)
 }
 
+/// A busy-looping process, not pinned.
+fn unpinned_busy_process() -> Result<Child, String> {
+    Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .map_err(|err| format!("cannot start a busy process: {err}"))
+}
+
+/// Sets the calling thread's nice value; returns the one it had.
+fn set_own_nice(nice: i32) -> Result<i32, String> {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+    // SAFETY: plain syscalls on this thread's own id. getpriority can
+    // return -1 as a value, so errno is cleared and checked.
+    unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: as above.
+    let before = unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) };
+    // SAFETY: as above.
+    if before == -1 && unsafe { *libc::__errno_location() } != 0 {
+        return Err(format!("getpriority: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: as above.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
+        return Err(format!(
+            "setpriority({nice}): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(before)
+}
+
 /// Pins process `pid` to `cpu` (best effort).
 fn pin_process(pid: u32, cpu: usize) {
     // SAFETY: cpu_set_t is plain old data; all-zero is a valid empty set.
@@ -449,12 +540,17 @@ fn pin_process(pid: u32, cpu: usize) {
 
 /// A copy of this binary decoding with its own pool ([`NEIGHBOUR_ENV`]).
 fn decoding_process() -> Result<Child, String> {
+    neighbour_process("decode:120")
+}
+
+/// A copy of this binary as the neighbour `request` ([`NEIGHBOUR_ENV`]).
+fn neighbour_process(request: &str) -> Result<Child, String> {
     let exe = std::env::current_exe().map_err(|err| format!("no current exe: {err}"))?;
     Command::new(exe)
-        .env(NEIGHBOUR_ENV, "decode:120")
+        .env(NEIGHBOUR_ENV, request)
         .stdout(std::process::Stdio::null())
         .spawn()
-        .map_err(|err| format!("cannot start a decoding neighbour: {err}"))
+        .map_err(|err| format!("cannot start a neighbour ({request}): {err}"))
 }
 
 /// Call first in `main` of every binary that enters setting 8: when this
@@ -464,6 +560,9 @@ pub fn neighbour_main_if_requested() {
     let Ok(request) = std::env::var(NEIGHBOUR_ENV) else {
         return;
     };
+    if let Some(seconds) = request.strip_prefix("bursty:") {
+        bursty_neighbour(seconds.parse().unwrap_or(60));
+    }
     let seconds: u64 = request
         .strip_prefix("decode:")
         .and_then(|s| s.parse().ok())
@@ -478,6 +577,27 @@ pub fn neighbour_main_if_requested() {
     while Instant::now() < end {
         std::hint::black_box(model.decode(&pool, 1));
     }
+    std::process::exit(0);
+}
+
+/// Setting 14's neighbour: two threads busy for 20 ms, then idle for 20
+/// ms, over and over (a parallel build's shape, made regular), for
+/// `seconds`; then exits.
+fn bursty_neighbour(seconds: u64) -> ! {
+    let end = Instant::now() + Duration::from_secs(seconds);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(move || {
+                while Instant::now() < end {
+                    let burst = Instant::now() + Duration::from_millis(20);
+                    while Instant::now() < burst {
+                        std::hint::spin_loop();
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            });
+        }
+    });
     std::process::exit(0);
 }
 

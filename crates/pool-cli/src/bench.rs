@@ -560,7 +560,7 @@ fn measurement_problems(r: &BenchReport) -> Vec<String> {
     problems
 }
 
-pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
+pub(crate) fn run(quick: bool, json: bool, markdown: bool) -> Result<(), String> {
     if !json {
         eprintln!(
             "pool bench: measuring{}...",
@@ -570,6 +570,16 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
     let (mut r, contamination) = crate::measure::watched_for_neighbours(|| measure(quick));
     r.contamination = contamination;
     r.measurement_problems = measurement_problems(&r);
+    if markdown {
+        let value = serde_json::to_value(&r).map_err(|e| e.to_string())?;
+        let command = if quick {
+            "pool bench --quick --markdown"
+        } else {
+            "pool bench --markdown"
+        };
+        crate::markdown::print(&value, command);
+        return Ok(());
+    }
     if json {
         println!(
             "{}",

@@ -6,6 +6,7 @@
 mod bench;
 mod llama;
 mod llama_cpp;
+mod markdown;
 mod measure;
 mod peers;
 mod scenarios;
@@ -113,6 +114,10 @@ enum Command {
         /// One JSON object instead of text (schema: docs/cli.md).
         #[arg(long)]
         json: bool,
+        /// The run as the Markdown table docs/benchmarks.md opens with
+        /// (machine, commit, command, contamination, then the figures).
+        #[arg(long, conflicts_with_all = ["json", "peers", "scenarios", "llama_cpp"])]
+        markdown: bool,
     },
     /// Greedy decoding of a GGUF model (F32, F16, Q8_0, Q4_0, Q4_K_M) or a
     /// llama2.c checkpoint on the pool: the tokens (text with the GGUF
@@ -268,7 +273,12 @@ fn main() -> ExitCode {
             json,
             ..
         }) => llama_cpp::run(quick, json),
-        Some(Command::Bench { quick, json, .. }) => bench::run(quick, json),
+        Some(Command::Bench {
+            quick,
+            markdown,
+            json,
+            ..
+        }) => bench::run(quick, json, markdown),
         Some(Command::Decode {
             model,
             tokenizer,
@@ -399,5 +409,5 @@ pub(crate) fn threads_phrase(threads: usize) -> String {
 fn overview() -> Result<(), String> {
     topo::run(None, false, false, 1, false)?;
     println!();
-    bench::run(true, false)
+    bench::run(true, false, false)
 }

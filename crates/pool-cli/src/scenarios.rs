@@ -170,7 +170,8 @@ fn skipped(number: u32, name: &'static str, reason: String) -> SettingRow {
     }
 }
 
-/// The goals of the deployment-settings issue, checked on this run.
+/// The matrix's goals (at least 0.95x the best of rayon and serial in
+/// every setting), checked on this run.
 fn check_goals(rows: &mut [SettingRow]) {
     let baseline_hot = rows
         .iter()
@@ -183,7 +184,9 @@ fn check_goals(rows: &mut [SettingRow]) {
                 row.pool_vs_best_baseline
             ));
         }
-        if row.number <= 3 && row.pool_vs_rayon < 1.0 {
+        // At least rayon: the plain settings, the busy ones (7, 13, 14,
+        // 15) and two user-pinned pools in turn (16).
+        if matches!(row.number, 1..=3 | 7 | 13..=16) && row.pool_vs_rayon < 1.0 {
             row.misses.push(format!(
                 "pool {:.2}x rayon (goal >= 1.0)",
                 row.pool_vs_rayon

@@ -349,7 +349,11 @@ fn tune_takes_the_users_model_shape_and_format() {
 fn bench_scenarios_quick_json_reports_every_setting() {
     let r = json(&["bench", "--scenarios", "--quick", "--json"]);
     let settings = r["settings"].as_array().unwrap();
-    assert_eq!(settings.len(), 12, "settings 1-12");
+    assert_eq!(
+        settings.len(),
+        pool_benches::scenarios::SETTINGS.len(),
+        "every setting"
+    );
     for s in settings {
         let number = s["number"].as_u64().unwrap();
         if let Some(reason) = s["skipped"].as_str() {
@@ -820,8 +824,20 @@ fn runs_beside_busy_processes_are_flagged_as_contaminated() {
         "{}",
         tune["recommendation"]
     );
-    let out = run_pool(&["bench", "--quick"]);
+    // The Markdown table docs/benchmarks.md opens with, flagged too.
+    let out = run_pool(&["bench", "--quick", "--markdown"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("not results"), "{stderr}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("**Contaminated:**"), "{table}");
+    for row in [
+        "| measured (medians) | pool | rayon | serial |",
+        "| empty fork-join, ns |",
+        "| Q8_0 matvec from DRAM, GB/s |",
+        "| synthetic decode q4_0, tokens/s |",
+        "Command: `pool bench --quick --markdown`",
+    ] {
+        assert!(table.contains(row), "{row} in:\n{table}");
+    }
     drop(busy);
 }

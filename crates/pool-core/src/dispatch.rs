@@ -211,14 +211,8 @@ pub(crate) struct Shared {
     /// before the tickets, read by ticket holders (invariant 1, like an
     /// inbox).
     pub(crate) captured: CapturedContexts,
-    /// Two-node placement (`sides.rs`): whether worker `i` sits on the far
-    /// node, and how many do. Written only by a turn holder inside a job, so
-    /// every participant of any job reads the same values.
-    pub(crate) far: Box<[process::AtomicBool]>,
-    pub(crate) far_workers: process::AtomicUsize,
-    /// Each thread's affinity mask from before the first bind, restored by
-    /// unbind.
-    pub(crate) saved_masks: Mutex<Option<crate::sides::SavedMasks>>,
+    /// Where the threads sit when bound to NUMA nodes (`sides.rs`).
+    pub(crate) placement: crate::sides::Placement,
     /// The fork generation this pool was built in (`fork.rs`): in a forked
     /// child, jobs run inline.
     pub(crate) fork_generation: usize,
@@ -258,6 +252,9 @@ pub(crate) struct Settings {
     /// Set by a caller whose barrier wait was far longer than its own share
     /// (participants not being scheduled); cleared when waits are short.
     pub(crate) contended: process::AtomicBool,
+    /// Bumped by every bind and unbind that publishes a mask for calling
+    /// threads (`sides.rs`); 0: never bound, so callers skip the check.
+    pub(crate) mask_generation: process::AtomicU64,
     /// More threads (workers + caller) than CPUs this process may use.
     pub(crate) oversubscribed: bool,
     /// The CPUs this process may use (for the foreign-load test).
@@ -416,6 +413,7 @@ impl Shared {
                 linger_ticks: process::AtomicU64::new(0),
                 floor_ticks: process::AtomicU64::new(0),
                 contended: process::AtomicBool::new(false),
+                mask_generation: process::AtomicU64::new(0),
                 oversubscribed: workers + 1 > usable_cpus,
                 usable_cpus,
                 quota_bounded,
@@ -425,11 +423,7 @@ impl Shared {
             turn: CachePadded::new(Mutex::new(())),
             contexts: contexts.into_boxed_slice(),
             captured: CapturedContexts(UnsafeCell::new(Vec::new())),
-            far: (0..workers)
-                .map(|_| process::AtomicBool::new(false))
-                .collect(),
-            far_workers: process::AtomicUsize::new(0),
-            saved_masks: Mutex::new(None),
+            placement: crate::sides::Placement::new(workers),
             fork_generation: fork::generation(),
             #[cfg(loom)]
             seeded_bug: None,
@@ -511,6 +505,18 @@ impl Shared {
             // job runs here, whole.
             return f(0, 1);
         };
+        // A bound pool: a calling thread takes the node's mask at its
+        // first dispatch after the bind, and its own back after unbind.
+        // Relaxed: a hint; the mask itself is read under its lock.
+        if !inside_any
+            && self
+                .settings
+                .mask_generation
+                .load(process::Ordering::Relaxed)
+                != 0
+        {
+            crate::sides::adopt_caller_mask(self);
+        }
         let asked = invited;
         let adaptive = self.settings.linger_ns.load(process::Ordering::Relaxed) != 0;
         let invited = match invitation {
@@ -587,78 +593,6 @@ impl Shared {
                 }
             }
         }
-    }
-
-    /// The adaptive policy's share of the CPUs: the workers a job may
-    /// invite when other processes keep CPUs busy (`load.rs`), and none
-    /// when this process's own callers (two or more threads that dispatched
-    /// within the linger) already fill its CPUs: each then runs its jobs
-    /// itself, as a
-    /// serial loop would, instead of handing work to workers that could
-    /// only take CPU time from another caller. Measured with two callers on
-    /// 2 CPUs: 0.77-0.83x serial before.
-    #[inline]
-    fn fit_to_free_cpus(&self, invited: usize, now: u64, inside_any_pool: bool) -> usize {
-        if invited == 0 {
-            return 0;
-        }
-        let invited = invited.min(self.invite_cap());
-        let invited = load::fit_to_free_cpus(invited, self.settings.usable_cpus);
-        if invited == 0 || inside_any_pool {
-            return invited;
-        }
-        let window = self.settings.linger_ticks.load(process::Ordering::Relaxed);
-        let callers = spinners::recent_callers(now, window);
-        if callers >= 2 && callers >= spinners::spinner_limit() {
-            0
-        } else {
-            invited
-        }
-    }
-
-    /// The adaptive policy's share for a withdrawable job: the invite cap
-    /// and this process's own callers, but not other processes' load (a
-    /// worker they keep from running is withdrawn, not waited for).
-    #[inline]
-    fn fit_to_own_callers(&self, invited: usize, now: u64, inside_any_pool: bool) -> usize {
-        let invited = invited.min(self.invite_cap());
-        if invited == 0 || inside_any_pool {
-            return invited;
-        }
-        let window = self.settings.linger_ticks.load(process::Ordering::Relaxed);
-        let callers = spinners::recent_callers(now, window);
-        if callers >= 2 && callers >= spinners::spinner_limit() {
-            0
-        } else {
-            invited
-        }
-    }
-
-    /// The most workers a job invites: all of them under a fixed budget;
-    /// under the adaptive policy never more than the CPUs besides the
-    /// caller's, so a job on an oversubscribed pool does not wait for
-    /// workers that have no CPU to run on (measured on 2 CPUs with 3-4
-    /// participants: an empty fork-join 3.4-4.2 µs before, 0.6-0.7 µs
-    /// after; the tiny decode token's overhead halved).
-    #[inline]
-    fn invite_cap(&self) -> usize {
-        if self.settings.linger_ns.load(process::Ordering::Relaxed) == 0 {
-            self.slots.len()
-        } else {
-            self.slots
-                .len()
-                .min(self.settings.usable_cpus.saturating_sub(1))
-        }
-    }
-
-    /// Whether a job's participants can outnumber the CPUs: an
-    /// oversubscribed pool under a fixed budget (which invites every
-    /// worker). Under the adaptive policy the invite cap keeps every job
-    /// within the CPUs, so its threads wait as a fitting pool's do.
-    #[inline]
-    pub(crate) fn jobs_oversubscribed(&self) -> bool {
-        self.settings.oversubscribed
-            && self.settings.linger_ns.load(process::Ordering::Relaxed) == 0
     }
 
     /// The whole job on the calling thread, as the only participant.
@@ -887,62 +821,6 @@ impl Shared {
         if previous & sleep::CALLER_ASLEEP != 0 {
             self.join_sleepers.wake_all();
         }
-    }
-
-    /// After a wait that had to yield: if an invited worker last noted
-    /// this caller's CPU as its own, the two share a CPU the balancer will
-    /// not split (`colocation.rs`): the worker moves off it, or, pinned
-    /// there, the caller does.
-    #[cold]
-    fn step_off_shared_cpu(&self, invited: usize) {
-        if self.jobs_oversubscribed() {
-            // More threads than CPUs: sharing is the plan, not an accident.
-            return;
-        }
-        let Some(cpu) = crate::colocation::current_cpu() else {
-            return;
-        };
-        let Some(slot) = self.slots[..invited]
-            .iter()
-            .find(|slot| slot.counters.cpu.get() == cpu)
-        else {
-            return;
-        };
-        if slot.counters.cpu.move_off(cpu) || crate::colocation::step_off(cpu) {
-            self.caller_counters.moves.add(1);
-        }
-    }
-
-    /// Foreign-load detection: a barrier wait far longer than the caller's
-    /// own share (and than a wake-up) means participants are not being
-    /// scheduled; spinners then back off. Written only on a change.
-    #[inline]
-    fn note_contention(&self, waited_ticks: u64, waited_ns: u64, share_ticks: u64) {
-        /// Longer than a futex wake-up: below this a wait is never foreign load.
-        const CONTENDED_WAIT_NS: u64 = 200_000;
-        let contended =
-            waited_ns > CONTENDED_WAIT_NS && waited_ticks > share_ticks.saturating_mul(8);
-        let flag = &self.settings.contended;
-        if flag.load(process::Ordering::Relaxed) != contended {
-            flag.store(contended, process::Ordering::Relaxed);
-        }
-    }
-
-    /// Whether other processes keep so many CPUs busy that this pool's
-    /// threads do not each have one: then a spinning caller may be holding
-    /// the very CPU a worker needs, as when oversubscribed.
-    #[inline]
-    pub(crate) fn crowded(&self) -> bool {
-        load::crowded(
-            load::foreign_cpus(),
-            self.slots.len() + 1,
-            self.settings.usable_cpus,
-        )
-    }
-
-    /// Whether the last barrier wait looked like foreign load.
-    pub(crate) fn is_contended(&self) -> bool {
-        self.settings.contended.load(process::Ordering::Relaxed)
     }
 
     /// The pool's counters, summed.

@@ -7,7 +7,7 @@ use crate::policy::SpinPolicy;
 /// The variable holding the fixed spin budget.
 pub const SPIN_ENV: &str = "CMF_POOL_SPIN";
 
-/// The seeds' fixed budget, kept as a reference point. Measured on an M4
+/// The fixed budget of the engines this pool replaced, kept as a reference point. Measured on an M4
 /// (see docs/tuning.md): 4000 spins vs parking at once took a Qwen-0.5B q4
 /// decode from 117 to 149 tokens/s; 200,000 was 15 % slower than 4000
 /// because spinners steal the caller's serial cycles. The default is now

@@ -28,6 +28,7 @@
 mod builder;
 mod clock;
 mod colocation;
+mod contention;
 mod context;
 mod dispatch;
 mod env;

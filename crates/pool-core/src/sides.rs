@@ -37,6 +37,136 @@ pub enum Side {
 /// Participants pull about this many grains each from their side's cursor.
 const GRAINS_PER_THREAD: usize = 8;
 
+/// Where a pool's threads sit when bound to NUMA nodes.
+pub(crate) struct Placement {
+    /// Whether worker `i` sits on the far node, and how many do. Written
+    /// only by a turn holder inside a job, so every participant of any job
+    /// reads the same values.
+    pub(crate) far: Box<[process::AtomicBool]>,
+    pub(crate) far_workers: process::AtomicUsize,
+    /// Each thread's affinity mask from before the first bind, restored
+    /// by unbind.
+    pub(crate) saved_masks: crate::sync::Mutex<Option<SavedMasks>>,
+    /// The mask every thread calling into the bound pool adopts (the node's
+    /// CPUs; the home node's for two nodes); `None` once unbound.
+    /// Published with `Settings::mask_generation`.
+    pub(crate) caller_mask: crate::sync::Mutex<Option<process::Arc<Vec<usize>>>>,
+}
+
+impl Placement {
+    pub(crate) fn new(workers: usize) -> Placement {
+        Placement {
+            far: (0..workers)
+                .map(|_| process::AtomicBool::new(false))
+                .collect(),
+            far_workers: process::AtomicUsize::new(0),
+            saved_masks: crate::sync::Mutex::new(None),
+            caller_mask: crate::sync::Mutex::new(None),
+        }
+    }
+}
+
+/// One bound pool as a calling thread saw it: the generation it adopted
+/// and its own mask from before, to take back after unbind (`None`: the
+/// thread that bound, whose mask unbind restores itself).
+#[cfg(not(loom))]
+struct Adopted {
+    pool: usize,
+    generation: u64,
+    own_mask: Option<Vec<usize>>,
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    static ADOPTED: std::cell::RefCell<Vec<Adopted>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Gives the calling thread the mask the last bind of `shared`'s pool
+/// published, saving its own first, or its own back once unbound. Once
+/// per thread per bind or unbind (the generation is remembered); pins the
+/// OS refuses are logged and skipped. Not modelled under loom (placement
+/// is not part of the protocol).
+#[cfg(not(loom))]
+pub(crate) fn adopt_caller_mask(shared: &crate::dispatch::Shared) {
+    let pool = shared.id();
+    let generation = shared
+        .settings
+        .mask_generation
+        .load(process::Ordering::Relaxed);
+    let _ = ADOPTED.try_with(|adopted| {
+        let mut adopted = adopted.borrow_mut();
+        let index = adopted.iter().position(|a| a.pool == pool);
+        if index.is_some_and(|i| adopted[i].generation == generation) {
+            return;
+        }
+        let mask = lock(&shared.placement.caller_mask).clone();
+        let pin = |cpus: &[usize]| {
+            if let Err(err) = pin_current_thread(cpus) {
+                tracing::debug!(%err, "pool-core: a calling thread could not take the bound mask");
+            }
+        };
+        match (index, mask) {
+            (None, Some(mask)) => {
+                let own = pool_topo::thread_affinity_cpus();
+                pin(&mask);
+                adopted.push(Adopted {
+                    pool,
+                    generation,
+                    own_mask: Some(own),
+                });
+            }
+            (Some(i), Some(mask)) => {
+                pin(&mask);
+                adopted[i].generation = generation;
+            }
+            (Some(i), None) => {
+                if let Some(own) = adopted.swap_remove(i).own_mask {
+                    pin(&own);
+                }
+            }
+            (None, None) => {}
+        }
+    });
+}
+
+#[cfg(loom)]
+pub(crate) fn adopt_caller_mask(_shared: &crate::dispatch::Shared) {}
+
+impl Pool {
+    /// Publishes `mask` (`None`: unbound) for the threads that call into
+    /// this pool, and notes that the calling thread already has it.
+    fn publish_caller_mask(&self, mask: Option<Vec<usize>>) {
+        let bound = mask.is_some();
+        *lock(&self.shared.placement.caller_mask) = mask.map(process::Arc::new);
+        // Relaxed: callers read the mask under its lock; this is the hint
+        // that there is one to read.
+        let generation = self
+            .shared
+            .settings
+            .mask_generation
+            .fetch_add(1, process::Ordering::Relaxed)
+            + 1;
+        #[cfg(not(loom))]
+        {
+            let pool = self.shared.id();
+            let _ = ADOPTED.try_with(|adopted| {
+                let mut adopted = adopted.borrow_mut();
+                adopted.retain(|a| a.pool != pool);
+                if bound {
+                    // The binding thread: unbind restores its mask itself.
+                    adopted.push(Adopted {
+                        pool,
+                        generation,
+                        own_mask: None,
+                    });
+                }
+            });
+        }
+        #[cfg(loom)]
+        let _ = (bound, generation);
+    }
+}
+
 /// The affinity masks from before the first bind.
 #[derive(Clone)]
 pub(crate) struct SavedMasks {
@@ -72,6 +202,7 @@ impl Pool {
         self.bind_threads("bind_two_nodes", |worker| {
             worker.map_or(plan.home.cpus.clone(), |w| plan.worker_cpus[w].clone())
         })?;
+        self.publish_caller_mask(Some(plan.home.cpus.clone()));
         let far_workers = (0..self.n_workers())
             .filter(|&w| TwoNodePlan::is_far(w))
             .count();
@@ -105,7 +236,7 @@ impl Pool {
         if self.shared.has_bug(SeededBug::LockHeldAcrossJob) {
             return self.restore_saved_masks_holding_the_lock(what, apply);
         }
-        let Some(masks) = lock(&self.shared.saved_masks).clone() else {
+        let Some(masks) = lock(&self.shared.placement.saved_masks).clone() else {
             return Ok(());
         };
         let (workers, caller) = self.on_every_thread(what, |worker| match worker {
@@ -116,7 +247,8 @@ impl Pool {
             }
         })?;
         joined_errors(workers.iter(), &caller)?;
-        *lock(&self.shared.saved_masks) = None;
+        *lock(&self.shared.placement.saved_masks) = None;
+        self.publish_caller_mask(None);
         Ok(())
     }
 
@@ -127,7 +259,7 @@ impl Pool {
         what: &str,
         apply: impl Fn(&[usize]) -> io::Result<()> + Sync,
     ) -> io::Result<()> {
-        let mut saved = lock(&self.shared.saved_masks);
+        let mut saved = lock(&self.shared.placement.saved_masks);
         let Some(masks) = saved.as_ref() else {
             return Ok(());
         };
@@ -171,6 +303,7 @@ impl Pool {
             pool_topo::format_cpu_list(&cpus)
         ));
         self.bind_threads("bind_node", |_| cpus.clone())?;
+        self.publish_caller_mask(Some(cpus));
         self.on_every_thread("bind_node", |worker| {
             if worker.is_none() {
                 self.set_far(|_| false, 0);
@@ -202,7 +335,11 @@ impl Pool {
 
     /// Whether the pool is split over two nodes (`bind_two_nodes`).
     pub fn two_nodes(&self) -> bool {
-        self.shared.far_workers.load(process::Ordering::Relaxed) > 0
+        self.shared
+            .placement
+            .far_workers
+            .load(process::Ordering::Relaxed)
+            > 0
     }
 
     /// Whether participant `idx` of a full job sits on the far node (only
@@ -210,6 +347,7 @@ impl Pool {
     #[inline]
     pub fn far_worker(&self, idx: usize) -> bool {
         self.shared
+            .placement
             .far
             .get(idx)
             .is_some_and(|far| far.load(process::Ordering::Relaxed))
@@ -241,17 +379,22 @@ impl Pool {
         };
         let grain =
             |items: usize, threads: usize| (items / (threads.max(1) * GRAINS_PER_THREAD)).max(1);
-        let seeded_far_count = self
-            .shared
-            .has_bug(SeededBug::FarCountOutsideJob)
-            .then(|| self.shared.far_workers.load(process::Ordering::Relaxed));
+        let seeded_far_count = self.shared.has_bug(SeededBug::FarCountOutsideJob).then(|| {
+            self.shared
+                .placement
+                .far_workers
+                .load(process::Ordering::Relaxed)
+        });
         self.run(|idx, n| {
             // Decided inside the job, from this job's participants: the
             // flags cannot change while it runs (module invariants).
             let far_threads = if let Some(count) = seeded_far_count {
                 count
             } else if n == self.n_workers() + 1 {
-                self.shared.far_workers.load(process::Ordering::Relaxed)
+                self.shared
+                    .placement
+                    .far_workers
+                    .load(process::Ordering::Relaxed)
             } else {
                 (0..n - 1).filter(|&w| self.far_worker(w)).count()
             };
@@ -288,7 +431,7 @@ impl Pool {
     #[cfg(loom)]
     #[doc(hidden)]
     pub fn __save_masks(&self) {
-        *lock(&self.shared.saved_masks) = Some(SavedMasks {
+        *lock(&self.shared.placement.saved_masks) = Some(SavedMasks {
             workers: vec![Vec::new(); self.n_workers()],
             caller: Vec::new(),
         });
@@ -329,7 +472,7 @@ impl Pool {
             (saved, pin_current_thread(&cpus(worker)))
         })?;
         let errors = joined_errors(workers.iter().map(|(_, r)| r), &caller.1);
-        lock(&self.shared.saved_masks).get_or_insert_with(|| SavedMasks {
+        lock(&self.shared.placement.saved_masks).get_or_insert_with(|| SavedMasks {
             workers: workers.into_iter().map(|(mask, _)| mask).collect(),
             caller: caller.0,
         });
@@ -339,10 +482,11 @@ impl Pool {
     /// Sets the far flags (`far(worker)`) and their count. Only from the
     /// turn holder's share of a job (module invariants).
     fn set_far(&self, far: impl Fn(usize) -> bool, count: usize) {
-        for (worker, flag) in self.shared.far.iter().enumerate() {
+        for (worker, flag) in self.shared.placement.far.iter().enumerate() {
             flag.store(far(worker), process::Ordering::Relaxed);
         }
         self.shared
+            .placement
             .far_workers
             .store(count, process::Ordering::Relaxed);
     }

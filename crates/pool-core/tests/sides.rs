@@ -355,3 +355,55 @@ fn an_unbind_inside_a_job_beside_one_from_outside_never_hangs() {
         }
     });
 }
+
+/// Every thread that calls into a bound pool takes the node's mask at its
+/// next dispatch, not only the thread that bound; after unbind it gets its
+/// own mask back at its next dispatch.
+#[test]
+#[cfg(target_os = "linux")]
+fn every_calling_thread_adopts_the_bound_mask_and_gets_its_own_back() {
+    watched("caller_adopts", |_| {
+        let cpus = process_affinity_cpus();
+        if cpus.len() < 2 {
+            eprintln!("one CPU: a node mask cannot differ from the thread's: skipping");
+            return;
+        }
+        let pool = std::sync::Arc::new(Pool::with_spin(1, 1000));
+        // A "node" of one CPU, so the adopted mask is visible.
+        let node = NumaNode {
+            id: 0,
+            cpus: vec![cpus[0]],
+        };
+        let (to_caller, from_main) = std::sync::mpsc::channel::<&'static str>();
+        let (to_main, from_caller) = std::sync::mpsc::channel::<Vec<usize>>();
+        let caller_pool = pool.clone();
+        let caller = std::thread::spawn(move || {
+            for step in from_main {
+                if step == "run" {
+                    caller_pool.run(|_, _| {});
+                }
+                to_main.send(thread_affinity_cpus()).unwrap();
+            }
+        });
+        let mut ask = |step| {
+            to_caller.send(step).unwrap();
+            from_caller.recv().unwrap()
+        };
+        assert_eq!(ask("look"), cpus, "the other thread starts on every CPU");
+        pool.bind_node(&node).unwrap();
+        assert_eq!(ask("look"), cpus, "nothing changes before it calls in");
+        assert_eq!(
+            ask("run"),
+            vec![cpus[0]],
+            "its next dispatch adopts the node"
+        );
+        pool.unbind_node().unwrap();
+        assert_eq!(
+            ask("run"),
+            cpus,
+            "its next dispatch after unbind restores its own"
+        );
+        drop(to_caller);
+        caller.join().unwrap();
+    });
+}

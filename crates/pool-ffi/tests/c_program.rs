@@ -80,3 +80,49 @@ fn the_c_test_program_exercises_every_call() {
         assert_eq!(lines, 1, "one stderr line per bad variable:\n{stderr}");
     });
 }
+
+/// The shared library, linked as the README says (`-L`, `-lpool_ffi` and
+/// an rpath), runs without `LD_LIBRARY_PATH`.
+#[test]
+#[cfg(target_os = "linux")]
+fn the_c_program_links_against_the_shared_library_with_an_rpath() {
+    testkit::watchdog("c_program_shared", Duration::from_secs(600), |stage| {
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        stage.set("building libpool_ffi.so");
+        let lib_dir = build_static_library()
+            .parent()
+            .expect("the library's directory")
+            .to_path_buf();
+        assert!(lib_dir.join("libpool_ffi.so").exists(), "crate-type cdylib");
+        let exe = target_dir().join("pool_ffi_c_test_shared");
+        stage.set("compiling the C program against the shared library");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+        let status = Command::new(&cc)
+            .args(["-std=c11", "-Wall", "-Werror", "-I"])
+            .arg(crate_dir.join("include"))
+            .arg(crate_dir.join("tests/c/pool_test.c"))
+            .arg(format!("-L{}", lib_dir.display()))
+            .arg("-lpool_ffi")
+            .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+            .arg("-o")
+            .arg(&exe)
+            .status()
+            .unwrap_or_else(|e| panic!("running the C compiler `{cc}`: {e}"));
+        assert!(
+            status.success(),
+            "the C program did not link against the .so"
+        );
+        stage.set("running it");
+        let out = Command::new(&exe)
+            .env_remove("LD_LIBRARY_PATH")
+            .env("CMF_POOL_SPIN", "fast")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("all passed"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}

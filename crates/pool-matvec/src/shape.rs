@@ -1,7 +1,8 @@
 //! Shape checks and the serial gate.
 
 /// Element-ops below which a matvec runs serially: the fork-join would cost
-/// more than it saves (about 256k multiply-adds, measured in the seeds).
+/// more than it saves (about 256k multiply-adds, measured in the engines
+/// this pool replaced).
 pub const PARALLEL_THRESHOLD: usize = 256 * 1024;
 
 /// Whether a `rows x cols` matvec is worth a fork-join.
