@@ -7,6 +7,10 @@ use pool_matvec::{for_each_chunk_init, for_each_row, PARALLEL_THRESHOLD};
 use testkit::watched;
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "256k elements a loop: minutes under Miri, for a gate that is arithmetic"
+)]
 fn a_loop_below_the_gate_makes_no_dispatch_and_one_above_it_makes_one() {
     watched("serial_gate", |_| {
         // A fixed budget invites its worker whatever the machine's load.
