@@ -385,7 +385,7 @@ fn every_calling_thread_adopts_the_bound_mask_and_gets_its_own_back() {
                 to_main.send(thread_affinity_cpus()).unwrap();
             }
         });
-        let mut ask = |step| {
+        let ask = |step| {
             to_caller.send(step).unwrap();
             from_caller.recv().unwrap()
         };
