@@ -16,8 +16,50 @@ use std::time::{Duration, Instant};
 
 use pool_core::{Pool, SpinPolicy};
 use pool_matvec::decode::{DecodeExecutor, DecodeModel, Input, Matrix, Serial};
-use pool_matvec::grain_for;
+use pool_matvec::{grain_for, RowFn, RowParallel};
 use rayon::prelude::*;
+
+/// What a setting decodes: the synthetic f32 layer stack of
+/// `pool_matvec::decode`, or a real model (a GGUF or llama2.c file loaded
+/// by `pool_llama`, greedy tokens from BOS).
+#[derive(Clone, Copy)]
+pub enum Workload<'a> {
+    /// The synthetic decode: the layer stack's matvecs, no attention.
+    Synthetic(&'a DecodeModel),
+    /// A model's forward pass, attention and all, on its own tensor types.
+    Model(&'a pool_llama::Model),
+}
+
+impl<'a> From<&'a DecodeModel> for Workload<'a> {
+    fn from(model: &'a DecodeModel) -> Workload<'a> {
+        Workload::Synthetic(model)
+    }
+}
+
+impl<'a> From<&'a pool_llama::Model> for Workload<'a> {
+    fn from(model: &'a pool_llama::Model) -> Workload<'a> {
+        Workload::Model(model)
+    }
+}
+
+impl Workload<'_> {
+    /// Decodes `tokens` tokens on `exec`.
+    fn decode(self, exec: &dyn Executes, tokens: usize) {
+        match self {
+            Workload::Synthetic(model) => {
+                std::hint::black_box(model.decode(exec, tokens));
+            }
+            Workload::Model(model) => {
+                std::hint::black_box(model.generate(exec, tokens, |_, _| {}));
+            }
+        }
+    }
+}
+
+/// An executor both workloads run on.
+trait Executes: DecodeExecutor + RowParallel {}
+
+impl<E: DecodeExecutor + RowParallel + ?Sized> Executes for E {}
 
 /// The environment variable that turns a spawned copy of a bench binary
 /// into a decoding neighbour (setting 8): `decode:<seconds>`.
@@ -104,8 +146,34 @@ impl DecodeExecutor for RayonHere {
     }
 }
 
+// SAFETY: chunk `c` covers rows `c * grain..min((c + 1) * grain, rows)`:
+// disjoint, non-empty, inside `0..rows`; rayon's `for_each` calls each
+// index once and returns after every call.
+unsafe impl RowParallel for RayonHere {
+    fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
+        if rows == 0 {
+            return;
+        }
+        let grain = grain_for(rows, rayon::current_num_threads());
+        let chunks = rows.div_ceil(grain);
+        if chunks == 1 {
+            return f(0, rows);
+        }
+        (0..chunks)
+            .into_par_iter()
+            .for_each(|c| f(c * grain, ((c + 1) * grain).min(rows)));
+    }
+}
+
 /// rayon entered from outside for every matvec.
 struct RayonPerMatvec<'a>(&'a rayon::ThreadPool);
+
+// SAFETY: `RayonHere`'s ranges, and `install` returns after every call.
+unsafe impl RowParallel for RayonPerMatvec<'_> {
+    fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
+        self.0.install(|| RayonHere.run_rows(rows, f));
+    }
+}
 
 impl DecodeExecutor for RayonPerMatvec<'_> {
     fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]) {
@@ -116,15 +184,33 @@ impl DecodeExecutor for RayonPerMatvec<'_> {
 /// Two executors used in turn, one matvec each (a prefill and a decode
 /// pool driven by one thread).
 struct InTurn<'a> {
-    executors: [&'a dyn DecodeExecutor; 2],
+    executors: [&'a dyn Executes; 2],
     next: Cell<usize>,
+}
+
+impl InTurn<'_> {
+    fn next(&self) -> &dyn Executes {
+        let turn = self.next.get();
+        self.next.set(turn ^ 1);
+        self.executors[turn]
+    }
 }
 
 impl DecodeExecutor for InTurn<'_> {
     fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]) {
-        let turn = self.next.get();
-        self.next.set(turn ^ 1);
-        self.executors[turn].matvec_many(mats, x, outs);
+        self.next().matvec_many(mats, x, outs);
+    }
+}
+
+// SAFETY: each job runs whole on one of two `RowParallel` executors, which
+// keep the contract themselves.
+unsafe impl RowParallel for InTurn<'_> {
+    fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
+        self.next().run_rows(rows, f);
+    }
+
+    fn run_many(&self, parts: &[(usize, &RowFn<'_>)]) {
+        self.next().run_many(parts);
     }
 }
 
@@ -138,24 +224,18 @@ enum Built {
 
 impl Built {
     /// Decodes `tokens` tokens as `exec` does.
-    fn decode(&self, exec: Exec, model: &DecodeModel, tokens: usize) {
+    fn decode(&self, exec: Exec, work: Workload<'_>, tokens: usize) {
         match (self, exec) {
-            (Built::Pool(pool), _) => {
-                std::hint::black_box(model.decode(pool, tokens));
+            (Built::Pool(pool), _) => work.decode(pool, tokens),
+            (Built::Rayon(rayon), Exec::RayonInside) => {
+                rayon.install(|| work.decode(&RayonHere, tokens))
             }
-            (Built::Rayon(rayon), Exec::RayonInside) => rayon.install(|| {
-                std::hint::black_box(model.decode(&RayonHere, tokens));
-            }),
-            (Built::Rayon(rayon), _) => {
-                std::hint::black_box(model.decode(&RayonPerMatvec(rayon), tokens));
-            }
-            (Built::Serial, _) => {
-                std::hint::black_box(model.decode(&Serial, tokens));
-            }
+            (Built::Rayon(rayon), _) => work.decode(&RayonPerMatvec(rayon), tokens),
+            (Built::Serial, _) => work.decode(&Serial, tokens),
         }
     }
 
-    fn as_executor(&self) -> Box<dyn DecodeExecutor + '_> {
+    fn as_executor(&self) -> Box<dyn Executes + '_> {
         match self {
             Built::Pool(pool) => Box::new(PoolRef(pool)),
             Built::Rayon(rayon) => Box::new(RayonPerMatvec(rayon)),
@@ -169,6 +249,17 @@ struct PoolRef<'a>(&'a Pool);
 impl DecodeExecutor for PoolRef<'_> {
     fn matvec_many(&self, mats: &[&Matrix], x: &Input<'_>, outs: &mut [&mut [f32]]) {
         self.0.matvec_many(mats, x, outs);
+    }
+}
+
+// SAFETY: the pool's own `RowParallel`, which keeps the contract.
+unsafe impl RowParallel for PoolRef<'_> {
+    fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
+        self.0.run_rows(rows, f);
+    }
+
+    fn run_many(&self, parts: &[(usize, &RowFn<'_>)]) {
+        RowParallel::run_many(self.0, parts);
     }
 }
 
@@ -373,7 +464,13 @@ impl Scenario {
     /// setting uses executors. With two callers (5, 6) it is the wall time
     /// over the tokens both decoded; with idle gaps (11, 12) the gaps are
     /// not counted.
-    pub fn time_tokens(&mut self, exec: Exec, model: &DecodeModel, tokens: usize) -> Duration {
+    pub fn time_tokens<'w>(
+        &mut self,
+        exec: Exec,
+        work: impl Into<Workload<'w>>,
+        tokens: usize,
+    ) -> Duration {
+        let work = work.into();
         let tokens = self.tokens_per_sample(tokens);
         match self.number {
             4 | 16 => {
@@ -386,7 +483,7 @@ impl Scenario {
                     next: Cell::new(0),
                 };
                 let start = Instant::now();
-                std::hint::black_box(model.decode(&in_turn, tokens));
+                work.decode(&in_turn, tokens);
                 start.elapsed() / tokens as u32
             }
             5 | 6 | 17 | 18 => {
@@ -399,7 +496,7 @@ impl Scenario {
                 std::thread::scope(|scope| {
                     for copy in copies {
                         let executor = &built[&(exec, copy)];
-                        scope.spawn(move || executor.decode(exec, model, tokens));
+                        scope.spawn(move || executor.decode(exec, work, tokens));
                     }
                 });
                 start.elapsed() / (2 * tokens) as u32
@@ -411,7 +508,7 @@ impl Scenario {
                 for _ in 0..tokens {
                     std::thread::sleep(gap);
                     let start = Instant::now();
-                    executor.decode(exec, model, 1);
+                    executor.decode(exec, work, 1);
                     total += start.elapsed();
                 }
                 total / tokens as u32
@@ -419,7 +516,7 @@ impl Scenario {
             _ => {
                 let executor = self.built(exec, 0);
                 let start = Instant::now();
-                executor.decode(exec, model, tokens);
+                executor.decode(exec, work, tokens);
                 start.elapsed() / tokens as u32
             }
         }
@@ -429,22 +526,23 @@ impl Scenario {
     /// `tokens` tokens, and the CPU it burns after the last token.
     /// Call it last: it drops every other executor first, so their idle
     /// threads do not count in the CPU burned after the last token.
-    pub fn probe_pool(&mut self, model: &DecodeModel, tokens: usize) -> PoolProbe {
+    pub fn probe_pool<'w>(&mut self, work: impl Into<Workload<'w>>, tokens: usize) -> PoolProbe {
+        let work = work.into();
         let workers = self.workers;
         self.built
             .retain(|(exec, copy), _| *exec == Exec::PoolDefault && *copy == 0);
         // Let the dropped executors' threads wind down.
         std::thread::sleep(Duration::from_millis(20));
-        self.time_tokens(Exec::PoolDefault, model, 1);
+        self.time_tokens(Exec::PoolDefault, work, 1);
         let Built::Pool(pool) = self.built(Exec::PoolDefault, 0) else {
             unreachable!("the default executor is a pool")
         };
         let before = pool.stats();
-        std::hint::black_box(model.decode(pool, tokens.max(1)));
+        work.decode(pool, tokens.max(1));
         let unparks_per_dispatch = pool.stats().since(&before).unparks_per_dispatch();
         let hot_run_ns = crate::time_per_iter(9, 2000, || pool.run(|_, _| {})).median;
         let window = Duration::from_millis(200);
-        std::hint::black_box(model.decode(pool, 1));
+        work.decode(pool, 1);
         let tids = pool.worker_tids();
         let cpu_before = threads_cpu_ms(&tids);
         std::thread::sleep(window);

@@ -570,6 +570,12 @@ pub(crate) fn run(quick: bool, json: bool, markdown: bool) -> Result<(), String>
     let (mut r, contamination) = crate::measure::watched_for_neighbours(|| measure(quick));
     r.contamination = contamination;
     r.measurement_problems = measurement_problems(&r);
+    // On stderr in every mode (stdout stays the figures), before them, so
+    // nobody reads them as results.
+    for problem in &r.measurement_problems {
+        eprintln!("pool bench: {problem}");
+    }
+    crate::measure::warn_if_contaminated("pool bench", r.contamination);
     if markdown {
         let value = serde_json::to_value(&r).map_err(|e| e.to_string())?;
         let command = if quick {
@@ -587,11 +593,6 @@ pub(crate) fn run(quick: bool, json: bool, markdown: bool) -> Result<(), String>
         );
         return Ok(());
     }
-    // Printed after the figures too; first, so nobody reads them as results.
-    for problem in &r.measurement_problems {
-        eprintln!("pool bench: {problem}");
-    }
-    crate::measure::warn_if_contaminated("pool bench", r.contamination);
     let f = &r.fork_join_ns;
     println!(
         "fork-join, empty job, {} participants (medians)",

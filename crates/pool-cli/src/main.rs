@@ -89,6 +89,20 @@ enum Command {
         /// gaps), pool vs rayon vs serial side by side.
         #[arg(long, conflicts_with = "peers")]
         scenarios: bool,
+        /// With --scenarios: decode this model (GGUF or llama2.c, e.g. a
+        /// Q4_0 GGUF file) in every setting instead of the synthetic f32
+        /// layer stack.
+        #[arg(long, value_name = "FILE", requires = "scenarios")]
+        model: Option<PathBuf>,
+        /// With --scenarios: only these settings (numbers as printed,
+        /// e.g. `--settings 7,9`).
+        #[arg(
+            long,
+            value_name = "N,N",
+            value_delimiter = ',',
+            requires = "scenarios"
+        )]
+        settings: Vec<u32>,
         /// Instead: the peers suite, EPCC-style, at 2, 3 and 4 threads:
         /// fork-join, a barrier inside a region, a reduction, a row job
         /// and a tiny decode token on this pool, rayon (four ways),
@@ -264,9 +278,11 @@ fn main() -> ExitCode {
         Some(Command::Bench {
             quick,
             scenarios: true,
+            model,
+            settings,
             json,
             ..
-        }) => scenarios::run(quick, json),
+        }) => scenarios::run(quick, json, model.as_deref(), &settings),
         Some(Command::Bench {
             quick,
             llama_cpp: true,

@@ -4,7 +4,9 @@
 
 use serde::Serialize;
 
-use pool_benches::scenarios::{Exec, Scenario, SETTINGS};
+use std::path::Path;
+
+use pool_benches::scenarios::{Exec, Scenario, Workload, SETTINGS};
 use pool_benches::Stats;
 use pool_matvec::decode::{DecodeConfig, DecodeModel, WeightFormat};
 
@@ -56,7 +58,8 @@ fn median_tokens_per_s(samples: &[f64]) -> Stats {
     Stats::of(samples.to_vec())
 }
 
-pub(crate) fn measure(quick: bool) -> ScenarioReport {
+/// The synthetic decode workload's model and its description.
+fn synthetic(quick: bool) -> (DecodeModel, String) {
     // Quick: a small model (seconds, also in a debug build); the figures in
     // docs/benchmarks.md come from the full run on the real decode shape.
     let config = if quick {
@@ -70,9 +73,71 @@ pub(crate) fn measure(quick: bool) -> ScenarioReport {
         DecodeConfig::default()
     };
     let model = DecodeModel::random(config, WeightFormat::F32, 7);
+    let described = format!(
+        "decode {}x{}x{} layers, vocab {}, f32 ({} MB per token)",
+        config.dim,
+        config.hidden,
+        config.layers,
+        config.vocab,
+        config.weight_bytes(WeightFormat::F32) / 1_000_000
+    );
+    (model, described)
+}
+
+/// A model file's workload description: its name, shape and tensor types.
+fn described(path: &Path, model: &pool_llama::Model) -> String {
+    let c = model.config();
+    let types: Vec<String> = model
+        .tensor_types()
+        .iter()
+        .map(|(kind, count)| format!("{count} {kind}"))
+        .collect();
+    format!(
+        "{} (dim {}, {} layers, vocab {}; tensors {}; {:.1} MB per token)",
+        path.file_name()
+            .unwrap_or(path.as_os_str())
+            .to_string_lossy(),
+        c.dim,
+        c.n_layers,
+        c.vocab_size,
+        types.join(", "),
+        model.weight_bytes().len() as f64 / 1e6
+    )
+}
+
+/// The matrix over `only` (every setting when empty), decoding
+/// `model_file` or the synthetic workload.
+pub(crate) fn measure(
+    quick: bool,
+    model_file: Option<&Path>,
+    only: &[u32],
+) -> Result<ScenarioReport, String> {
+    if let Some(n) = only
+        .iter()
+        .find(|n| !SETTINGS.iter().any(|(number, _)| number == *n))
+    {
+        return Err(format!(
+            "no setting {n}: the settings are 1 to {}",
+            SETTINGS.len()
+        ));
+    }
+    let file_model = match model_file {
+        Some(path) => {
+            Some(pool_llama::Model::open(path).map_err(|e| format!("{}: {e}", path.display()))?)
+        }
+        None => None,
+    };
+    let (synthetic_model, synthetic_name) = synthetic(quick);
+    let (work, model_name) = match (&file_model, model_file) {
+        (Some(m), Some(path)) => (Workload::Model(m), described(path, m)),
+        _ => (Workload::Synthetic(&synthetic_model), synthetic_name),
+    };
     let (samples, tokens) = if quick { (3, 1) } else { (9, 2) };
     let mut rows: Vec<SettingRow> = Vec::new();
     for (number, name) in SETTINGS {
+        if !only.is_empty() && !only.contains(&number) {
+            continue;
+        }
         eprintln!("scenarios: {number:>2} {name}");
         let mut scenario = match Scenario::enter(number) {
             Ok(s) => s,
@@ -84,16 +149,16 @@ pub(crate) fn measure(quick: bool) -> ScenarioReport {
         // Build and warm every executor, then interleave the samples so
         // drift hits all alike.
         for exec in Exec::ALL {
-            scenario.time_tokens(exec, &model, 1);
+            scenario.time_tokens(exec, work, 1);
         }
         let mut per_exec: Vec<Vec<f64>> = vec![Vec::new(); Exec::ALL.len()];
         for _ in 0..samples {
             for (i, exec) in Exec::ALL.into_iter().enumerate() {
-                let per_token = scenario.time_tokens(exec, &model, tokens);
+                let per_token = scenario.time_tokens(exec, work, tokens);
                 per_exec[i].push(1.0 / per_token.as_secs_f64());
             }
         }
-        let probe = scenario.probe_pool(&model, tokens.max(2));
+        let probe = scenario.probe_pool(work, tokens.max(2));
         let throttling = scenario.throttling();
         let executors: Vec<ExecPoint> = Exec::ALL
             .iter()
@@ -134,19 +199,12 @@ pub(crate) fn measure(quick: bool) -> ScenarioReport {
         drop(scenario);
     }
     check_goals(&mut rows);
-    ScenarioReport {
-        model: format!(
-            "decode {}x{}x{} layers, vocab {}, f32 ({} MB per token)",
-            config.dim,
-            config.hidden,
-            config.layers,
-            config.vocab,
-            config.weight_bytes(WeightFormat::F32) / 1_000_000
-        ),
+    Ok(ScenarioReport {
+        model: model_name,
         samples,
         tokens_per_sample: tokens,
         settings: rows,
-    }
+    })
 }
 
 fn skipped(number: u32, name: &'static str, reason: String) -> SettingRow {
@@ -259,8 +317,13 @@ fn short(exec: Exec) -> &'static str {
     }
 }
 
-pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
-    let report = measure(quick);
+pub(crate) fn run(
+    quick: bool,
+    json: bool,
+    model: Option<&Path>,
+    only: &[u32],
+) -> Result<(), String> {
+    let report = measure(quick, model, only)?;
     if json {
         println!(
             "{}",

@@ -409,6 +409,56 @@ fn numbered_tokenizer(vocab: usize) -> Vec<u8> {
 }
 
 #[test]
+fn bench_scenarios_decodes_a_model_file_in_the_settings_asked_for() {
+    let model = TempFile::new("tiny-scenarios.bin");
+    let config = pool_llama::Config {
+        dim: 64,
+        hidden_dim: 128,
+        n_layers: 2,
+        n_heads: 4,
+        n_kv_heads: 2,
+        vocab_size: 512,
+        seq_len: 32,
+        shared_classifier: false,
+    };
+    pool_llama::write_random_checkpoint(&model.0, &config, 5).unwrap();
+    let r = json(&[
+        "bench",
+        "--scenarios",
+        "--quick",
+        "--model",
+        model.path(),
+        "--settings",
+        "1,4,6",
+        "--json",
+    ]);
+    let described = r["model"].as_str().unwrap();
+    assert!(
+        described.contains("tiny-scenarios.bin") && described.contains("2 layers"),
+        "{described}"
+    );
+    let numbers: Vec<u64> = r["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, [1, 4, 6]);
+    for s in r["settings"].as_array().unwrap() {
+        for e in s["executors"].as_array().unwrap() {
+            let tps = e["tokens_per_s_median"].as_f64().unwrap();
+            assert!(tps.is_finite() && tps > 0.0, "{s}");
+        }
+    }
+    let unknown = pool(&["bench", "--scenarios", "--settings", "19"]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no setting 19"));
+    let missing = pool(&["bench", "--scenarios", "--model", "/nonexistent.gguf"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent.gguf"));
+}
+
+#[test]
 fn decode_gives_the_same_tokens_on_every_executor_and_reports_the_bound() {
     let model = TempFile::new("s15.bin");
     let out = pool(&["random-checkpoint", "--shape", "stories15M", model.path()]);
