@@ -185,9 +185,10 @@ impl Pool {
     ///
     /// Fails, changing nothing, when called from inside a job of this pool
     /// (its workers are busy running that job) or when the plan does not
-    /// fit the pool. When a pin is refused it fails with every thread's OS
-    /// error, the sides are left unsplit, and unbind still restores the
-    /// threads that moved.
+    /// fit the pool. When a pin is refused, or a thread's mask read back
+    /// shows it did not move (a cpuset that narrowed it), it fails naming
+    /// each such thread, with every thread back on its mask from before
+    /// the first bind and the sides unsplit.
     pub fn bind_two_nodes(&self, plan: &TwoNodePlan) -> io::Result<()> {
         if plan.worker_cpus.len() != self.n_workers() {
             return Err(io::Error::new(
@@ -353,6 +354,66 @@ impl Pool {
             .is_some_and(|far| far.load(process::Ordering::Relaxed))
     }
 
+    /// Makes the page-cache pages of two spans of a mapped weights file
+    /// sit on the nodes of a pool bound by [`Pool::bind_two_nodes`]:
+    /// `near` on `plan.home`, `far` on `plan.far`. A span already there
+    /// (90 % of its sample) is left alone; a cold span is filled from its
+    /// node; a span elsewhere is dropped from the page cache and read
+    /// again. Both sides read at once, each by its own side's threads, in
+    /// one [`Pool::run_sides`] job, so each page is read on the node it
+    /// should sit on. `on_move(side, what)` is called before the reading
+    /// starts, for each span that moves (a re-read from disk can take
+    /// seconds). Returns where each span sits afterwards (sampled again).
+    ///
+    /// Fails when the pool is not bound to two nodes (its far threads would
+    /// read on the near node) or a span is not inside the file. Linux and
+    /// Android.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub fn place_sides(
+        &self,
+        plan: &TwoNodePlan,
+        file: &pool_topo::MappedFile,
+        near: std::ops::Range<usize>,
+        far: std::ops::Range<usize>,
+        mut on_move: impl FnMut(Side, &pool_topo::SpanMove),
+    ) -> io::Result<(pool_topo::SpanPlacement, pool_topo::SpanPlacement)> {
+        use pool_topo::Placement;
+        if !self.two_nodes() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "place_sides: the pool is not bound to two nodes (bind_two_nodes first): \
+                 its far threads would read on the near node",
+            ));
+        }
+        let near = file.begin_placement(near, &plan.home)?;
+        let far = file.begin_placement(far, &plan.far)?;
+        let pending = |p: &Placement| match p {
+            Placement::Read(pending) => Some(pending.clone()),
+            Placement::Done(_) => None,
+        };
+        let (near_read, far_read) = (pending(&near), pending(&far));
+        for (side, read) in [(Side::Near, &near_read), (Side::Far, &far_read)] {
+            if let Some(read) = read {
+                on_move(side, &read.as_move());
+            }
+        }
+        let pages = |read: &Option<pool_topo::PendingSpan>| read.as_ref().map_or(0, |r| r.pages());
+        self.run_sides(pages(&near_read), pages(&far_read), |side, start, end| {
+            let read = match side {
+                Side::Near => &near_read,
+                Side::Far => &far_read,
+            };
+            if let Some(read) = read {
+                file.read_span_pages(read, start..end);
+            }
+        });
+        let finish = |placement: Placement| match placement {
+            Placement::Done(done) => Ok(done),
+            Placement::Read(read) => file.finish_placement(read),
+        };
+        Ok((finish(near)?, finish(far)?))
+    }
+
     /// Runs a two-sided job: `f(side, start, end)` over disjoint ranges
     /// covering `0..near_items` on the near side and `0..far_items` on the
     /// far side, each exactly once. Each side's items are pulled by that
@@ -462,6 +523,13 @@ impl Pool {
     /// Pins worker `i` to `cpus(Some(i))` and the calling thread to
     /// `cpus(None)`, in one job, each thread saving its own mask first (kept
     /// from the first bind only). Every thread's error, joined.
+    ///
+    /// Each thread then checks that it really moved: its mask read back
+    /// lies inside the CPUs asked for, and it runs on one of them
+    /// ([`moved_onto`]). If any pin was refused or any thread did not
+    /// move, every thread gets its saved mask back at once (a half-moved
+    /// pool is worse than an unmoved one) and the error names each thread
+    /// that failed.
     fn bind_threads(
         &self,
         what: &str,
@@ -469,14 +537,30 @@ impl Pool {
     ) -> io::Result<()> {
         let (workers, caller) = self.on_every_thread(what, |worker| {
             let saved = thread_affinity_cpus();
-            (saved, pin_current_thread(&cpus(worker)))
+            let wanted = cpus(worker);
+            let pinned = pin_current_thread(&wanted).and_then(|()| {
+                moved_onto(
+                    &wanted,
+                    &thread_affinity_cpus(),
+                    crate::colocation::current_cpu(),
+                )
+                .map_err(io::Error::other)
+            });
+            (saved, pinned)
         })?;
         let errors = joined_errors(workers.iter().map(|(_, r)| r), &caller.1);
         lock(&self.shared.placement.saved_masks).get_or_insert_with(|| SavedMasks {
             workers: workers.into_iter().map(|(mask, _)| mask).collect(),
             caller: caller.0,
         });
-        errors
+        if let Err(err) = errors {
+            let rollback = self.restore_saved_masks(what, pin_current_thread);
+            return Err(io::Error::other(match rollback {
+                Ok(()) => format!("{what}: {err}; every thread got its mask back"),
+                Err(again) => format!("{what}: {err}; rolling back failed too: {again}"),
+            }));
+        }
+        Ok(())
     }
 
     /// Sets the far flags (`far(worker)`) and their count. Only from the
@@ -543,6 +627,37 @@ impl Pool {
 }
 
 /// Every thread's error, named, joined into one; `Ok` if there is none.
+/// Whether a thread that asked for `wanted` moved there: its mask read
+/// back (`mask`) is non-empty and inside `wanted`, and the CPU it runs on
+/// (where the platform says) is one of `wanted`. A cpuset or a container
+/// runtime can accept a mask and narrow it; the kernel moves a thread
+/// that sets its own mask before the call returns.
+pub(crate) fn moved_onto(
+    wanted: &[usize],
+    mask: &[usize],
+    running_on: Option<usize>,
+) -> Result<(), String> {
+    let list = pool_topo::format_cpu_list;
+    if mask.is_empty() || mask.iter().any(|cpu| !wanted.contains(cpu)) {
+        return Err(format!(
+            "asked for CPUs {}, its mask reads {}",
+            list(wanted),
+            if mask.is_empty() {
+                "empty".to_owned()
+            } else {
+                list(mask)
+            }
+        ));
+    }
+    if let Some(cpu) = running_on.filter(|cpu| !wanted.contains(cpu)) {
+        return Err(format!(
+            "asked for CPUs {}, it still runs on CPU {cpu}",
+            list(wanted)
+        ));
+    }
+    Ok(())
+}
+
 fn joined_errors<'a>(
     workers: impl Iterator<Item = &'a io::Result<()>>,
     caller: &io::Result<()>,
@@ -558,5 +673,29 @@ fn joined_errors<'a>(
         Ok(())
     } else {
         Err(io::Error::other(errors.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::moved_onto;
+
+    #[test]
+    fn a_thread_moved_when_its_mask_and_its_cpu_are_inside_what_it_asked_for() {
+        assert_eq!(moved_onto(&[4, 5, 6, 7], &[4, 5, 6, 7], Some(6)), Ok(()));
+        assert_eq!(moved_onto(&[4, 5, 6, 7], &[5], None), Ok(()));
+    }
+
+    #[test]
+    fn a_narrowed_or_foreign_mask_or_a_cpu_elsewhere_is_not_a_move() {
+        let outside = moved_onto(&[4, 5], &[0, 1], Some(0)).unwrap_err();
+        assert!(
+            outside.contains("asked for CPUs 4-5, its mask reads 0-1"),
+            "{outside}"
+        );
+        let empty = moved_onto(&[4, 5], &[], Some(4)).unwrap_err();
+        assert!(empty.contains("mask reads empty"), "{empty}");
+        let running = moved_onto(&[4, 5], &[4, 5], Some(0)).unwrap_err();
+        assert!(running.contains("still runs on CPU 0"), "{running}");
     }
 }

@@ -407,3 +407,83 @@ fn every_calling_thread_adopts_the_bound_mask_and_gets_its_own_back() {
         caller.join().unwrap();
     });
 }
+
+#[test]
+fn a_refused_pin_rolls_every_thread_back_to_its_own_mask() {
+    watched("bind_rollback", |stage| {
+        let pool = Pool::with_spin(3, 1000);
+        let own = worker_masks(&pool);
+        let caller_own = thread_affinity_cpus();
+        let mut plan = fake_plan_for(3);
+        // No such CPU: the far worker's pin is refused by the kernel,
+        // after the home threads were pinned.
+        plan.far.cpus = vec![4095];
+        plan.worker_cpus[1] = vec![4095];
+        stage.set("bind");
+        let err = pool.bind_two_nodes(&plan).unwrap_err().to_string();
+        assert!(err.contains("worker 1"), "{err}");
+        assert!(err.contains("every thread got its mask back"), "{err}");
+        assert!(!pool.two_nodes(), "the sides stay unsplit");
+        assert_eq!(worker_masks(&pool), own, "every worker rolled back");
+        assert_eq!(thread_affinity_cpus(), caller_own, "the caller too");
+    });
+}
+
+#[cfg(target_os = "linux")]
+mod place_sides {
+    use std::io::Write;
+
+    use super::*;
+
+    /// A 1 MiB file, cached, mapped.
+    fn mapped(name: &str) -> pool_topo::MappedFile {
+        let path = std::env::temp_dir().join(format!("pool-core-{name}-{}", std::process::id()));
+        let mut file = std::fs::File::create(&path).unwrap();
+        let bytes: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
+        file.write_all(&bytes).unwrap();
+        file.sync_all().unwrap();
+        // SAFETY: this test's own file, unlinked at once: nobody else can
+        // open it to truncate or write it.
+        let mapped = unsafe { pool_topo::MappedFile::open(&path) }.unwrap();
+        std::fs::remove_file(&path).unwrap();
+        mapped
+    }
+
+    #[test]
+    fn each_side_reads_its_own_span_with_its_own_threads_after_saying_so() {
+        watched("place_sides", |stage| {
+            let pool = Pool::with_spin(3, 1000);
+            let plan = fake_plan_for(3);
+            let file = mapped("sides");
+            let half = file.len() / 2;
+            stage.set("unbound");
+            let err = pool
+                .place_sides(&plan, &file, 0..half, half..file.len(), |_, _| {})
+                .unwrap_err();
+            assert!(err.to_string().contains("bind_two_nodes first"), "{err}");
+            stage.set("bound");
+            pool.bind_two_nodes(&plan).unwrap();
+            // Home is node 0, where this one-node host holds every page:
+            // in place. The "far" node has id 1 here, so its span is
+            // dropped and read again by the far worker.
+            let mut said = Vec::new();
+            let (near, far) = pool
+                .place_sides(&plan, &file, 0..half, half..file.len(), |side, m| {
+                    said.push((side, m.clone()))
+                })
+                .unwrap();
+            assert_eq!(near.bytes_moved, 0, "{near:?}");
+            assert_eq!(far.bytes_moved, file.len() - half, "{far:?}");
+            assert_eq!(said.len(), 1, "{said:?}");
+            assert_eq!(said[0].0, Side::Far);
+            assert_eq!(said[0].1.bytes, file.len() - half);
+            assert_eq!(far.shares_after.get(&0), Some(&100), "{far:?}");
+            assert!(file
+                .as_bytes()
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == (i % 251) as u8));
+            pool.unbind_two_nodes().unwrap();
+        });
+    }
+}

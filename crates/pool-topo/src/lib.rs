@@ -75,7 +75,10 @@ pub use quota_group::CpuQuotaGroup;
 pub use topology::{
     perf_core_count, physical_core_count, CpuTopology, PhysicalCore, SYSFS_CPU_ROOT,
 };
-pub use two_nodes::{plan_two_nodes, SpanPlacement, TwoNodeDecision, TwoNodePlan};
+pub use two_nodes::{
+    plan_two_nodes, plan_two_nodes_on_cores, PendingSpan, Placement, SpanMove, SpanPlacement,
+    TwoNodeDecision, TwoNodePlan,
+};
 pub use width::{
     default_cpu_threads, resolve_cpu_threads, resolve_cpu_threads_with, ResolvedWidth, WidthSource,
     FERROX_THREADS_ENV, MAX_DEFAULT_THREADS, RAYON_THREADS_ENV,

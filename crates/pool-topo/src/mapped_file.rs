@@ -37,7 +37,10 @@ use std::path::Path;
 use std::ptr::NonNull;
 
 use crate::numa::NumaNode;
-use crate::two_nodes::{place_file_span, SpanPlacement};
+use crate::two_nodes::{
+    begin_file_span, finish_file_span, read_on_node, touch_pages, PendingSpan, Placement, SpanMove,
+    SpanPlacement,
+};
 
 /// A whole file, mapped shared and read-only for as long as this value
 /// lives (unmapped on drop).
@@ -135,25 +138,81 @@ impl MappedFile {
     }
 
     /// Makes the page-cache pages behind bytes `range` of the file sit on
-    /// `node`: if fewer than 90 % of the resident sample are there, drop
-    /// them (`madvise(MADV_DONTNEED)` on this mapping,
-    /// `posix_fadvise(POSIX_FADV_DONTNEED)` on the file) and read them
-    /// again from a thread pinned to the node's CPUs. A second call finds
-    /// them in place and moves nothing. The contents never change: the
-    /// mapping is the file's, shared, and read-only. Linux and Android.
+    /// `node`: a cold span (fewer than half of its sampled pages in the
+    /// page cache) is read in from a thread pinned to the node's CPUs (a
+    /// fill: the page cache fills where the reads happen); a resident span
+    /// with fewer than 90 % of its sample on the node is dropped
+    /// (`madvise(MADV_DONTNEED)` on this mapping,
+    /// `posix_fadvise(POSIX_FADV_DONTNEED)` on the file) and read again
+    /// the same way. A second call finds it in place and moves nothing.
+    /// The contents never change: the mapping is the file's, shared, and
+    /// read-only. Linux and Android.
     pub fn place_span(&self, range: Range<usize>, node: &NumaNode) -> io::Result<SpanPlacement> {
+        self.place_span_with(range, node, |_| {})
+    }
+
+    /// [`MappedFile::place_span`], calling `on_move` before a read starts
+    /// (a re-read of a large span from disk can take seconds: say so
+    /// first). Not called when the span is in place.
+    pub fn place_span_with(
+        &self,
+        range: Range<usize>,
+        node: &NumaNode,
+        mut on_move: impl FnMut(&SpanMove),
+    ) -> io::Result<SpanPlacement> {
+        match self.begin_placement(range, node)? {
+            Placement::Done(placement) => Ok(placement),
+            Placement::Read(pending) => {
+                on_move(&pending.as_move());
+                read_on_node(self.span(&pending), node, pending.pages())?;
+                self.finish_placement(pending)
+            }
+        }
+    }
+
+    /// The first step of [`MappedFile::place_span`], for an executor that
+    /// reads the pages with its own threads on the node (a pool bound to
+    /// two nodes reads each side's span with that side's threads):
+    /// decides, and drops the span's pages when it sits elsewhere. Then
+    /// read every page with [`MappedFile::read_span_pages`] from threads
+    /// on the node (split the pages among them as you like), and call
+    /// [`MappedFile::finish_placement`].
+    pub fn begin_placement(&self, range: Range<usize>, node: &NumaNode) -> io::Result<Placement> {
+        self.check_span(&range)?;
+        let span = &self.as_bytes()[range.clone()];
+        // SAFETY: the contract of `begin_file_span`: `span` lies in this
+        // shared, read-only mapping of `self.file` at offset `range.start`,
+        // and the mapping starts on a page boundary (invariants), so the
+        // pages it rounds out to are this mapping's too.
+        unsafe { begin_file_span(span, range, &self.file, node) }
+    }
+
+    /// Reads pages `pages` of a pending span (`0..pending.pages()` in
+    /// all; any split among threads). Call it on the node's CPUs.
+    pub fn read_span_pages(&self, pending: &PendingSpan, pages: Range<usize>) {
+        touch_pages(self.span(pending), pages);
+    }
+
+    /// The last step: samples the span again and reports where it sits.
+    pub fn finish_placement(&self, pending: PendingSpan) -> io::Result<SpanPlacement> {
+        finish_file_span(self.span(&pending), pending)
+    }
+
+    fn span(&self, pending: &PendingSpan) -> &[u8] {
+        // A `PendingSpan` is only made by `begin_placement`, which checked
+        // the range; a span of another (shorter) file reads what exists.
+        let end = pending.range.end.min(self.len);
+        &self.as_bytes()[pending.range.start.min(end)..end]
+    }
+
+    fn check_span(&self, range: &Range<usize>) -> io::Result<()> {
         if range.start > range.end || range.end > self.len {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("span {range:?} is not inside the {}-byte file", self.len),
             ));
         }
-        let span = &self.as_bytes()[range.clone()];
-        // SAFETY: the contract of `place_file_span`: `span` lies in this
-        // shared, read-only mapping of `self.file` at offset `range.start`,
-        // and the mapping starts on a page boundary (invariants), so the
-        // pages it rounds out to are this mapping's too.
-        unsafe { place_file_span(span, &self.file, range.start as u64, node) }
+        Ok(())
     }
 }
 

@@ -75,6 +75,52 @@ pub fn plan_two_nodes(
     home_cpu: usize,
     setting: NumaSetting,
 ) -> TwoNodeDecision {
+    plan_by(nodes, allowed, workers, home_cpu, setting, "CPUs", |node| {
+        node.cpus.len()
+    })
+}
+
+/// [`plan_two_nodes`] counting physical cores, as the engines did: the
+/// far node is the one with the most first SMT siblings (one CPU per
+/// physical core) among the allowed CPUs of `topology`, and each side must
+/// have a physical core per thread, so no two of a side's threads are
+/// planned onto one core's siblings. On a host without SMT it decides as
+/// [`plan_two_nodes`] does.
+pub fn plan_two_nodes_on_cores(
+    nodes: &[NumaNode],
+    topology: &crate::CpuTopology,
+    workers: usize,
+    home_cpu: usize,
+    setting: NumaSetting,
+) -> TwoNodeDecision {
+    let first_siblings = topology.physical_core_cpus();
+    plan_by(
+        nodes,
+        topology.allowed_cpus(),
+        workers,
+        home_cpu,
+        setting,
+        "physical cores",
+        |node| {
+            node.cpus
+                .iter()
+                .filter(|cpu| first_siblings.contains(cpu))
+                .count()
+        },
+    )
+}
+
+/// The decision, each node's capacity counted by `capacity` (of the
+/// node's allowed CPUs), named `unit` in the reasons.
+fn plan_by(
+    nodes: &[NumaNode],
+    allowed: &[usize],
+    workers: usize,
+    home_cpu: usize,
+    setting: NumaSetting,
+    unit: &str,
+    capacity: impl Fn(&NumaNode) -> usize,
+) -> TwoNodeDecision {
     let stay = |reason: String| TwoNodeDecision::Stay { reason };
     if setting == NumaSetting::Off {
         return stay(format!("disabled by {NUMA_ENV}"));
@@ -115,23 +161,24 @@ pub fn plan_two_nodes(
     let far = usable
         .iter()
         .filter(|n| n.id != home.id)
-        .max_by_key(|n| n.cpus.len())
+        // Most capacity; the lowest id among equals.
+        .max_by_key(|n| (capacity(n), std::cmp::Reverse(n.id)))
         .expect("two usable nodes")
         .clone();
     let far_workers = workers / 2;
     let home_threads = workers - far_workers + 1;
-    if far.cpus.len() < far_workers {
+    if capacity(&far) < far_workers {
         return stay(format!(
-            "node {} has {} CPUs for {far_workers} far workers",
+            "node {} has {} {unit} for {far_workers} far workers",
             far.id,
-            far.cpus.len()
+            capacity(&far)
         ));
     }
-    if home.cpus.len() < home_threads {
+    if capacity(&home) < home_threads {
         return stay(format!(
-            "node {} has {} CPUs for the caller and {} home workers",
+            "node {} has {} {unit} for the caller and {} home workers",
             home.id,
-            home.cpus.len(),
+            capacity(&home),
             home_threads - 1
         ));
     }
@@ -159,15 +206,99 @@ pub struct SpanPlacement {
     pub share_after: usize,
     /// Share (percent) of the resident sample on each node afterwards.
     pub shares_after: std::collections::BTreeMap<usize, usize>,
-    /// Bytes dropped and read again from `node` (0: it was already there).
+    /// Bytes read from `node` (0: it was already there).
     pub bytes_moved: usize,
+    /// Whether the span was cold (fewer than half of its sampled pages in
+    /// the page cache) and was read in from `node` without dropping
+    /// anything: a fill, not a move.
+    pub filled: bool,
     /// Why nothing was moved, when nothing was.
     pub reason: Option<String>,
 }
 
-/// Makes the page-cache pages behind `span` sit on `node` (see
-/// [`MappedFile::place_span`](crate::MappedFile::place_span), its only
-/// caller).
+/// A placement about to read a span from its node: what
+/// [`MappedFile::place_span_with`](crate::MappedFile::place_span_with)'s
+/// `on_move` sees before the slow part starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanMove {
+    /// The node the span is read from.
+    pub node: usize,
+    /// Bytes to read.
+    pub bytes: usize,
+    /// A cold span filled from the node (nothing dropped), rather than a
+    /// resident one dropped and read again.
+    pub fill: bool,
+    /// Share (percent) of the resident sample on the node before.
+    pub share_before: usize,
+}
+
+/// The first step of a placement
+/// ([`MappedFile::begin_placement`](crate::MappedFile::begin_placement)):
+/// done already, or a span whose pages now need reading from its node.
+#[derive(Debug)]
+pub enum Placement {
+    /// Nothing to read: the span is in place (the placement says why).
+    Done(SpanPlacement),
+    /// The span's pages must be read from the node, by threads running
+    /// there, through
+    /// [`MappedFile::read_span_pages`](crate::MappedFile::read_span_pages);
+    /// then [`MappedFile::finish_placement`](crate::MappedFile::finish_placement).
+    Read(PendingSpan),
+}
+
+/// A span dropped from the page cache (or cold), waiting to be read from
+/// its node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingSpan {
+    pub(crate) range: std::ops::Range<usize>,
+    pub(crate) node: usize,
+    pub(crate) share_before: usize,
+    pub(crate) fill: bool,
+}
+
+impl PendingSpan {
+    /// What is about to happen, for a progress report.
+    pub fn as_move(&self) -> SpanMove {
+        SpanMove {
+            node: self.node,
+            bytes: self.range.len(),
+            fill: self.fill,
+            share_before: self.share_before,
+        }
+    }
+
+    /// The span's pages: the unit
+    /// [`MappedFile::read_span_pages`](crate::MappedFile::read_span_pages)
+    /// splits the reading by.
+    pub fn pages(&self) -> usize {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let page = page_size();
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let page = 4096;
+        self.range.len().div_ceil(page)
+    }
+}
+
+/// Percent of `span`'s resident sample per node, and whether the span is
+/// cold.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn span_shares(
+    span: &[u8],
+) -> io::Result<(std::collections::BTreeMap<usize, usize>, bool)> {
+    let placement = node_of_pages(&[span])?;
+    let resident = placement.resident().max(1);
+    let shares = placement
+        .per_node
+        .iter()
+        .map(|(&id, &pages)| (id, pages * 100 / resident))
+        .collect();
+    Ok((shares, placement.cold()))
+}
+
+/// Decides what `span` needs to sit on `node` and, for a resident span
+/// elsewhere, drops its pages (see
+/// [`MappedFile::begin_placement`](crate::MappedFile::begin_placement), its
+/// only caller).
 ///
 /// # Safety
 ///
@@ -178,34 +309,25 @@ pub struct SpanPlacement {
 /// next access reads the same bytes again. On any other memory (heap, a
 /// private mapping that was written to) it would wipe the contents.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-pub(crate) unsafe fn place_file_span(
+pub(crate) unsafe fn begin_file_span(
     span: &[u8],
+    range: std::ops::Range<usize>,
     file: &std::fs::File,
-    file_offset: u64,
     node: &NumaNode,
-) -> io::Result<SpanPlacement> {
+) -> io::Result<Placement> {
     use std::os::fd::AsRawFd;
-    // Percent of the resident sample per node.
-    let shares = |span: &[u8]| -> io::Result<std::collections::BTreeMap<usize, usize>> {
-        let placement = node_of_pages(&[span])?;
-        let resident = placement.resident().max(1);
-        Ok(placement
-            .per_node
-            .iter()
-            .map(|(&id, &pages)| (id, pages * 100 / resident))
-            .collect())
-    };
-    let before = shares(span)?;
+    let (before, cold) = span_shares(span)?;
     let share_before = before.get(&node.id).copied().unwrap_or(0);
-    if share_before >= BIND_THRESHOLD_PERCENT {
-        return Ok(SpanPlacement {
+    if !cold && share_before >= BIND_THRESHOLD_PERCENT {
+        return Ok(Placement::Done(SpanPlacement {
             node: node.id,
             share_before,
             share_after: share_before,
             shares_after: before,
             bytes_moved: 0,
+            filled: false,
             reason: Some(format!("{share_before} % already on node {}", node.id)),
-        });
+        }));
     }
     if node.cpus.is_empty() {
         return Err(io::Error::new(
@@ -213,51 +335,81 @@ pub(crate) unsafe fn place_file_span(
             format!("node {} has no CPUs to read from", node.id),
         ));
     }
+    if !cold {
+        let page = page_size();
+        let page_start = span.as_ptr() as usize / page * page;
+        let length = span.as_ptr() as usize + span.len() - page_start;
+        // SAFETY: the function's contract: `span` is in a shared read-only
+        // file mapping that starts on a page boundary, so `page_start` (its
+        // start rounded down) and the length (rounded out to whole pages by
+        // the kernel) stay inside that mapping, and DONTNEED there only
+        // drops this process's PTEs: the next access faults the same bytes
+        // in again.
+        let rc =
+            unsafe { libc::madvise(page_start as *mut libc::c_void, length, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a plain syscall on a borrowed, open descriptor.
+        let rc = unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                range.start as libc::off_t,
+                span.len() as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+    }
+    Ok(Placement::Read(PendingSpan {
+        range,
+        node: node.id,
+        share_before,
+        fill: cold,
+    }))
+}
+
+/// Reads one byte of each page `pages` of `span` (page 0 is the page of
+/// the span's first byte): run on the node's CPUs, the page cache fills
+/// there.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn touch_pages(span: &[u8], pages: std::ops::Range<usize>) {
     let page = page_size();
-    let page_start = span.as_ptr() as usize / page * page;
-    let length = span.as_ptr() as usize + span.len() - page_start;
-    // SAFETY: the function's contract: `span` is in a shared read-only file
-    // mapping that starts on a page boundary, so `page_start` (its start
-    // rounded down) and the length (rounded out to whole pages by the
-    // kernel) stay inside that mapping, and DONTNEED there only drops this
-    // process's PTEs: the next access faults the same bytes in again.
-    let rc = unsafe { libc::madvise(page_start as *mut libc::c_void, length, libc::MADV_DONTNEED) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+    let mut sum = 0u8;
+    for chunk in span.chunks(page).skip(pages.start).take(pages.len()) {
+        sum = sum.wrapping_add(std::hint::black_box(chunk[0]));
     }
-    // SAFETY: a plain syscall on a borrowed, open descriptor.
-    let rc = unsafe {
-        libc::posix_fadvise(
-            file.as_raw_fd(),
-            file_offset as libc::off_t,
-            span.len() as libc::off_t,
-            libc::POSIX_FADV_DONTNEED,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
-    }
+    std::hint::black_box(sum);
+}
+
+/// Samples a span read by [`touch_pages`] again: the placement's result.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn finish_file_span(span: &[u8], pending: PendingSpan) -> io::Result<SpanPlacement> {
+    let (after, _) = span_shares(span)?;
+    Ok(SpanPlacement {
+        node: pending.node,
+        share_before: pending.share_before,
+        share_after: after.get(&pending.node).copied().unwrap_or(0),
+        shares_after: after,
+        bytes_moved: pending.range.len(),
+        filled: pending.fill,
+        reason: None,
+    })
+}
+
+/// One thread pinned to `node`'s CPUs reads every page of `span`.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn read_on_node(span: &[u8], node: &NumaNode, pages: usize) -> io::Result<()> {
     let cpus = node.cpus.clone();
     std::thread::scope(|s| {
         s.spawn(|| -> io::Result<()> {
             pin_current_thread(&cpus)?;
-            let mut sum = 0u8;
-            for chunk in span.chunks(page) {
-                sum = sum.wrapping_add(chunk[0]);
-            }
-            std::hint::black_box(sum);
+            touch_pages(span, 0..pages);
             Ok(())
         })
         .join()
         .unwrap_or_else(|_| Err(io::Error::other("the reading thread panicked")))
-    })?;
-    let after = shares(span)?;
-    Ok(SpanPlacement {
-        node: node.id,
-        share_before,
-        share_after: after.get(&node.id).copied().unwrap_or(0),
-        shares_after: after,
-        bytes_moved: span.len(),
-        reason: None,
     })
 }

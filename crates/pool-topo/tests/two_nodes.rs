@@ -2,7 +2,10 @@
 
 use std::path::PathBuf;
 
-use pool_topo::{numa_nodes, plan_two_nodes, NumaNode, NumaSetting, TwoNodeDecision};
+use pool_topo::{
+    numa_nodes, plan_two_nodes, plan_two_nodes_on_cores, CpuTopology, NumaNode, NumaSetting,
+    TwoNodeDecision,
+};
 
 fn fixture_nodes(host: &str) -> Vec<NumaNode> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -17,6 +20,87 @@ fn split(decision: TwoNodeDecision) -> pool_topo::TwoNodePlan {
         TwoNodeDecision::Split(plan) => plan,
         other => panic!("expected a split: {other}"),
     }
+}
+
+fn fixture_topology(host: &str) -> CpuTopology {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(host)
+        .join("devices/system/cpu");
+    CpuTopology::from_sysfs(&root, &(0..64).collect::<Vec<_>>()).unwrap()
+}
+
+#[test]
+fn counted_by_physical_cores_a_side_never_needs_two_siblings_of_one_core() {
+    // 2 x 16 cores, 2 threads each: node 0 is CPUs 0-15 and their
+    // siblings 32-47.
+    let nodes = fixture_nodes("numa-2socket");
+    let topology = fixture_topology("numa-2socket");
+    assert_eq!(topology.physical_cores(), 32);
+    let all: Vec<usize> = (0..64).collect();
+    // 30 workers: 15 far, the caller and 15 on home: a core each.
+    let plan = split(plan_two_nodes_on_cores(
+        &nodes,
+        &topology,
+        30,
+        0,
+        NumaSetting::Auto,
+    ));
+    assert_eq!((plan.home.id, plan.far.id), (0, 1));
+    assert_eq!(
+        plan,
+        split(plan_two_nodes(&nodes, &all, 30, 0, NumaSetting::Auto))
+    );
+    // 40 workers fit the logical CPUs (21 + 20 of 32 each) but not the
+    // cores: counted by logical CPUs it splits, by cores it says why not.
+    assert!(matches!(
+        plan_two_nodes(&nodes, &all, 40, 0, NumaSetting::Auto),
+        TwoNodeDecision::Split(_)
+    ));
+    match plan_two_nodes_on_cores(&nodes, &topology, 40, 0, NumaSetting::Auto) {
+        TwoNodeDecision::Stay { reason } => assert!(
+            reason.contains("node 1 has 16 physical cores for 20 far workers"),
+            "{reason}"
+        ),
+        other => panic!("expected no split: {other}"),
+    }
+}
+
+#[test]
+fn the_far_node_is_the_one_with_the_most_physical_cores_not_the_most_cpus() {
+    // Three nodes over the fixture's cores (CPU i and i + 32 are one
+    // core's siblings): home 0 has cores 0-3 with both siblings; node 1
+    // cores 4-11 with both (16 CPUs, 8 cores); node 2 cores 12-23 with
+    // one sibling allowed each (12 CPUs, 12 cores).
+    let nodes = vec![
+        NumaNode {
+            id: 0,
+            cpus: (0..4).chain(32..36).collect(),
+        },
+        NumaNode {
+            id: 1,
+            cpus: (4..12).chain(36..44).collect(),
+        },
+        NumaNode {
+            id: 2,
+            cpus: (12..24).collect(),
+        },
+    ];
+    let allowed: Vec<usize> = nodes.iter().flat_map(|n| n.cpus.clone()).collect();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/numa-2socket/devices/system/cpu");
+    let topology = CpuTopology::from_sysfs(&root, &allowed).unwrap();
+    assert_eq!(topology.physical_cores(), 24);
+    let by_cpus = split(plan_two_nodes(&nodes, &allowed, 4, 0, NumaSetting::Auto));
+    assert_eq!(by_cpus.far.id, 1, "most logical CPUs");
+    let by_cores = split(plan_two_nodes_on_cores(
+        &nodes,
+        &topology,
+        4,
+        0,
+        NumaSetting::Auto,
+    ));
+    assert_eq!(by_cores.far.id, 2, "most physical cores");
 }
 
 #[test]
@@ -149,6 +233,78 @@ mod pages {
             intact(&mapped),
             "every byte, in and around the span, survives"
         );
+    }
+
+    /// A file written and then evicted from the page cache
+    /// (`POSIX_FADV_DONTNEED` on a clean, unmapped file), mapped: `None`
+    /// where the file system keeps it resident anyway (tmpfs).
+    fn cold_mapped(name: &str) -> Option<MappedFile> {
+        use std::os::fd::AsRawFd;
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("pool-topo-{name}-{}", std::process::id()));
+        let mut file = std::fs::File::create(&path).unwrap();
+        let bytes: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
+        file.write_all(&bytes).unwrap();
+        file.sync_all().unwrap();
+        drop(file);
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: a plain syscall on an open descriptor.
+        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        // SAFETY: as in `mapped`.
+        let mapped = unsafe { MappedFile::from_file(file) }.unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let sample = pool_topo::node_of_pages(&[mapped.as_bytes()]).unwrap();
+        if !sample.cold() {
+            eprintln!(
+                "skipped: this file system kept the evicted file in memory ({} of {} sampled pages)",
+                sample.cached, sample.sampled
+            );
+            return None;
+        }
+        Some(mapped)
+    }
+
+    #[test]
+    fn a_cold_span_is_filled_from_its_node_after_saying_so_and_nothing_is_dropped() {
+        let Some(mapped) = cold_mapped("cold") else {
+            return;
+        };
+        let node = NumaNode {
+            id: 0,
+            cpus: pool_topo::process_affinity_cpus(),
+        };
+        let mut moves = Vec::new();
+        let filled = mapped
+            .place_span_with(0..mapped.len(), &node, |m| moves.push(m.clone()))
+            .unwrap();
+        assert_eq!(moves.len(), 1, "said before reading: {moves:?}");
+        assert!(moves[0].fill && moves[0].bytes == mapped.len() && moves[0].node == 0);
+        assert!(filled.filled, "{filled:?}");
+        assert_eq!(filled.bytes_moved, mapped.len());
+        assert_eq!(filled.share_after, 100, "{filled:?}");
+        assert!(intact(&mapped));
+        let again = mapped
+            .place_span_with(0..mapped.len(), &node, |m| panic!("moved again: {m:?}"))
+            .unwrap();
+        assert_eq!((again.bytes_moved, again.filled), (0, false), "{again:?}");
+    }
+
+    #[test]
+    fn a_resident_span_elsewhere_says_it_moves_before_reading() {
+        let mapped = mapped("say-move");
+        let elsewhere = NumaNode {
+            id: 1,
+            cpus: pool_topo::process_affinity_cpus(),
+        };
+        let mut moves = Vec::new();
+        let moved = mapped
+            .place_span_with(0..mapped.len(), &elsewhere, |m| moves.push(m.clone()))
+            .unwrap();
+        assert_eq!(moves.len(), 1);
+        assert!(!moves[0].fill && moves[0].node == 1 && moves[0].share_before == 0);
+        assert!(!moved.filled && moved.bytes_moved == mapped.len());
+        assert!(intact(&mapped));
     }
 
     #[test]
