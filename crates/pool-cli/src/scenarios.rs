@@ -132,7 +132,7 @@ pub(crate) fn measure(
         (Some(m), Some(path)) => (Workload::Model(m), described(path, m)),
         _ => (Workload::Synthetic(&synthetic_model), synthetic_name),
     };
-    let (samples, tokens) = if quick { (3, 1) } else { (9, 2) };
+    let (samples, tokens) = if quick { (3, 1) } else { (15, 3) };
     let mut rows: Vec<SettingRow> = Vec::new();
     for (number, name) in SETTINGS {
         if !only.is_empty() && !only.contains(&number) {

@@ -560,7 +560,14 @@ impl Shared {
         };
         spinners::caller_active();
         let withdrawable = invitation == Invitation::Optional;
-        let caller_result = self.publish_and_join(threads, invited, f, now, withdrawable);
+        // Busy for the whole job, as an inline one is: a dispatched job
+        // longer than the window (a 32000-row classifier) made this caller
+        // look idle to another caller, which then invited its worker too,
+        // and both stayed in that state (two callers on 2 CPUs: 36-51
+        // dispatches of 294 jobs per sample, 0.75x the serial loop).
+        let caller_result = spinners::as_busy_caller(|| {
+            self.publish_and_join(threads, invited, f, now, withdrawable)
+        });
         let worker_panic = self.take_worker_panic();
         // The captured contexts end with the job (a request's span must not
         // stay open until the next dispatch).

@@ -280,6 +280,53 @@ fn a_caller_inside_a_long_inline_job_still_counts_as_busy() {
 }
 
 #[test]
+fn a_caller_inside_a_long_dispatched_job_still_counts_as_busy() {
+    watched("long_dispatched_job", |stage| {
+        let _turn = one_at_a_time();
+        if pool_core::spinner_limit() != 2 {
+            eprintln!("needs exactly 2 usable CPUs (two callers fill them): skipping");
+            return;
+        }
+        let linger = Duration::from_millis(2);
+        let adaptive = || {
+            Pool::builder()
+                .workers(1)
+                .spin_policy(SpinPolicy::Adaptive { linger })
+                .build()
+                .unwrap()
+        };
+        let (long_pool, short_pool) = (adaptive(), adaptive());
+        let started = std::sync::Barrier::new(2);
+        let invited = std::thread::scope(|scope| {
+            let long = scope.spawn(|| {
+                // Alone so far: this job may invite its worker, and lasts
+                // many windows.
+                let first = std::sync::atomic::AtomicBool::new(true);
+                long_pool.run(|idx, n| {
+                    if idx == n - 1 && first.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                        started.wait();
+                    }
+                    busy(Duration::from_millis(60) / n as u32);
+                });
+            });
+            started.wait();
+            // Well past the window since the long job's dispatch.
+            std::thread::sleep(5 * linger);
+            let invited = (0..20)
+                .filter(|_| participants(&short_pool, || busy(Duration::from_micros(50))) > 1)
+                .count();
+            long.join().unwrap();
+            invited
+        });
+        stage.set("checked");
+        assert!(
+            invited <= 2,
+            "{invited} of 20 short jobs invited a worker while the other caller ran a long job"
+        );
+    });
+}
+
+#[test]
 #[cfg(target_os = "linux")]
 fn a_pool_from_a_plan_pins_its_caller_to_the_cpu_the_plan_kept() {
     watched("pin_caller", |_| {
