@@ -119,16 +119,39 @@ mod tests {
 
     #[test]
     #[cfg(target_os = "linux")]
-    fn a_busy_process_beside_is_seen_and_our_own_work_is_not() {
+    fn our_own_work_is_never_counted_as_foreign_load_however_busy_the_machine() {
+        // Spin on every usable CPU for 0.2 s. Whatever else runs (an idle
+        // machine, or busy processes taking half of every CPU), the
+        // machine's busy time is ours plus theirs, so foreign + own can
+        // never exceed the machine's CPUs; had our own time not been
+        // subtracted, foreign alone would be the machine's whole busy
+        // time, and foreign + own about twice ours.
+        let stat = std::fs::read_to_string("/proc/stat").unwrap();
+        let machine_cpus = stat
+            .lines()
+            .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+            .count() as f64;
         let meter = CpuMeter::start().expect("/proc is readable here");
-        // Our own spinning: not foreign.
-        let until = Instant::now() + std::time::Duration::from_millis(200);
-        while Instant::now() < until {
-            std::hint::spin_loop();
-        }
-        let own = meter.foreign().unwrap();
-        // Whatever else the machine runs shows, but our 0.2 s of spinning
-        // must not count as a whole CPU of foreign load.
-        assert!(own.cpus < 0.9, "{own:?}");
+        let own_before = own_cpu_seconds().unwrap();
+        let started = Instant::now();
+        let until = started + std::time::Duration::from_millis(200);
+        std::thread::scope(|s| {
+            for _ in 0..crate::usable_cpus() {
+                s.spawn(|| {
+                    while Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
+                });
+            }
+        });
+        let foreign = meter.foreign().unwrap();
+        let own = (own_cpu_seconds().unwrap() - own_before) / started.elapsed().as_secs_f64();
+        assert!(own > 0.1, "we spun, yet own time reads {own:.2} CPUs");
+        assert!(
+            foreign.cpus + own <= machine_cpus + 0.3,
+            "foreign {:.2} + own {own:.2} CPUs on a {machine_cpus}-CPU machine: our own time \
+             counted as foreign",
+            foreign.cpus
+        );
     }
 }
