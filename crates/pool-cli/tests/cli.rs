@@ -378,6 +378,18 @@ fn bench_scenarios_quick_json_reports_every_setting() {
 }
 
 /// A file under the temp dir, removed when dropped.
+/// A random stories15M-shaped llama2.c checkpoint (~60 MB) in a temp file.
+fn random_stories15m(name: &str) -> TempFile {
+    let model = TempFile::new(name);
+    let out = pool(&["random-checkpoint", "--shape", "stories15M", model.path()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    model
+}
+
 struct TempFile(PathBuf);
 
 impl TempFile {
@@ -460,13 +472,7 @@ fn bench_scenarios_decodes_a_model_file_in_the_settings_asked_for() {
 
 #[test]
 fn decode_gives_the_same_tokens_on_every_executor_and_reports_the_bound() {
-    let model = TempFile::new("s15.bin");
-    let out = pool(&["random-checkpoint", "--shape", "stories15M", model.path()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let model = random_stories15m("s15.bin");
     let run = |executor: &str| {
         json(&[
             "decode",
@@ -537,12 +543,7 @@ fn decode_of_a_bad_file_says_what_is_wrong() {
         stderr.contains("truncated") && stderr.contains("1028"),
         "{stderr}"
     );
-    let good = TempFile::new("good.bin");
-    assert!(
-        pool(&["random-checkpoint", "--shape", "stories15M", good.path()])
-            .status
-            .success()
-    );
+    let good = random_stories15m("good.bin");
     let tokenizer = TempFile::new("short-tok.bin");
     std::fs::write(&tokenizer.0, numbered_tokenizer(100)).unwrap();
     let mismatch = pool(&["decode", good.path(), "--tokenizer", tokenizer.path()]);
@@ -672,12 +673,7 @@ fn random_checkpoint_json_names_the_shape_as_the_flag_does_and_warns_of_random_t
 
 #[test]
 fn decode_warns_when_wider_than_the_machine_and_counts_threads_in_good_english() {
-    let model = TempFile::new("wide.bin");
-    assert!(
-        pool(&["random-checkpoint", "--shape", "stories15M", model.path()])
-            .status
-            .success()
-    );
+    let model = random_stories15m("wide.bin");
     let cpus = pool_topo::usable_cpus();
     let wide = (cpus + 2).to_string();
     let out = pool(&["decode", model.path(), "--steps", "2", "--threads", &wide]);
@@ -751,12 +747,7 @@ fn a_directory_or_a_short_tokenizer_is_named_as_such() {
     let out = pool(&["decode", dir.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is a directory"));
-    let model = TempFile::new("tok-model.bin");
-    assert!(
-        pool(&["random-checkpoint", "--shape", "stories15M", model.path()])
-            .status
-            .success()
-    );
+    let model = random_stories15m("tok-model.bin");
     let tokenizer = TempFile::new("tok-short.bin");
     std::fs::write(&tokenizer.0, numbered_tokenizer(100)).unwrap();
     let out = pool(&["decode", model.path(), "--tokenizer", tokenizer.path()]);
@@ -769,12 +760,7 @@ fn a_directory_or_a_short_tokenizer_is_named_as_such() {
 
 #[test]
 fn every_field_of_the_decode_json_is_documented() {
-    let model = TempFile::new("doc-fields.bin");
-    assert!(
-        pool(&["random-checkpoint", "--shape", "stories15M", model.path()])
-            .status
-            .success()
-    );
+    let model = random_stories15m("doc-fields.bin");
     let r = json(&["decode", model.path(), "--steps", "2", "--json"]);
     let docs = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/cli.md"),
@@ -836,12 +822,7 @@ fn topo_plans_three_pools_built_in_turn_on_disjoint_cpus_then_unpinned() {
 /// processes used meanwhile, and flag the run beside two busy processes.
 #[test]
 fn runs_beside_busy_processes_are_flagged_as_contaminated() {
-    let model = TempFile::new("busy.bin");
-    assert!(
-        pool(&["random-checkpoint", "--shape", "stories15M", model.path()])
-            .status
-            .success()
-    );
+    let model = random_stories15m("busy.bin");
     let _alone = QUIET.write().unwrap_or_else(|e| e.into_inner());
     let json = |args: &[&str]| -> Value {
         let out = run_pool(args);

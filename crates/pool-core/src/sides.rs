@@ -281,13 +281,7 @@ impl Pool {
     /// by [`Pool::unbind_node`]. Fails, changing nothing, from inside a job
     /// of this pool. `CMF_NUMA_TRACE=1` prints the mask.
     pub fn bind_node(&self, node: &NumaNode) -> io::Result<()> {
-        let allowed = pool_topo::process_affinity_cpus();
-        let cpus: Vec<usize> = node
-            .cpus
-            .iter()
-            .copied()
-            .filter(|cpu| allowed.contains(cpu))
-            .collect();
+        let cpus = node.cpus_in(&pool_topo::process_affinity_cpus());
         if cpus.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -387,21 +381,17 @@ impl Pool {
         }
         let near = file.begin_placement(near, &plan.home)?;
         let far = file.begin_placement(far, &plan.far)?;
-        let pending = |p: &Placement| match p {
-            Placement::Read(pending) => Some(pending.clone()),
-            Placement::Done(_) => None,
-        };
-        let (near_read, far_read) = (pending(&near), pending(&far));
-        for (side, read) in [(Side::Near, &near_read), (Side::Far, &far_read)] {
+        let (near_read, far_read) = (near.pending(), far.pending());
+        for (side, read) in [(Side::Near, near_read), (Side::Far, far_read)] {
             if let Some(read) = read {
                 on_move(side, &read.as_move());
             }
         }
-        let pages = |read: &Option<pool_topo::PendingSpan>| read.as_ref().map_or(0, |r| r.pages());
-        self.run_sides(pages(&near_read), pages(&far_read), |side, start, end| {
+        let pages = |read: Option<&pool_topo::PendingSpan>| read.map_or(0, |r| r.pages());
+        self.run_sides(pages(near_read), pages(far_read), |side, start, end| {
             let read = match side {
-                Side::Near => &near_read,
-                Side::Far => &far_read,
+                Side::Near => near_read,
+                Side::Far => far_read,
             };
             if let Some(read) = read {
                 file.read_span_pages(read, start..end);

@@ -39,6 +39,17 @@ pub struct NumaNode {
     pub cpus: Vec<usize>,
 }
 
+impl NumaNode {
+    /// Its CPUs that are also in `allowed` (an affinity mask), ascending.
+    pub fn cpus_in(&self, allowed: &[usize]) -> Vec<usize> {
+        self.cpus
+            .iter()
+            .copied()
+            .filter(|cpu| allowed.contains(cpu))
+            .collect()
+    }
+}
+
 /// The nodes under `root` (normally [`SYSFS_NODE_ROOT`]), by id, with CPUs
 /// from `nodeN/cpulist`. A missing root is an error (no NUMA information).
 pub fn numa_nodes(root: &Path) -> Result<Vec<NumaNode>, TopoError> {
@@ -505,14 +516,7 @@ pub fn decide_node_for(regions: &[&[u8]]) -> io::Result<NumaDecision> {
 pub fn bind_to_node(regions: &[&[u8]]) -> io::Result<NumaDecision> {
     let decision = decide_node_for(regions)?;
     if let NumaDecision::Bind { node, .. } = &decision {
-        let allowed = process_affinity_cpus();
-        let cpus: Vec<usize> = node
-            .cpus
-            .iter()
-            .copied()
-            .filter(|c| allowed.contains(c))
-            .collect();
-        pin_current_thread(&cpus)?;
+        pin_current_thread(&node.cpus_in(&process_affinity_cpus()))?;
     }
     tracing::info!(%decision, "pool-topo: NUMA");
     Ok(decision)

@@ -129,12 +129,7 @@ fn plan_by(
         .iter()
         .map(|n| NumaNode {
             id: n.id,
-            cpus: n
-                .cpus
-                .iter()
-                .copied()
-                .filter(|c| allowed.contains(c))
-                .collect(),
+            cpus: n.cpus_in(allowed),
         })
         .filter(|n| !n.cpus.is_empty())
         .collect();
@@ -244,6 +239,16 @@ pub enum Placement {
     /// [`MappedFile::read_span_pages`](crate::MappedFile::read_span_pages);
     /// then [`MappedFile::finish_placement`](crate::MappedFile::finish_placement).
     Read(PendingSpan),
+}
+
+impl Placement {
+    /// The span still to read, if any.
+    pub fn pending(&self) -> Option<&PendingSpan> {
+        match self {
+            Placement::Read(pending) => Some(pending),
+            Placement::Done(_) => None,
+        }
+    }
 }
 
 /// A span dropped from the page cache (or cold), waiting to be read from
