@@ -10,6 +10,7 @@
 //! - [`RayonExecutor`]: the decode workload on rayon `par_chunks_mut`;
 //! - [`openmp`]: llama2.c's forward pass in C with OpenMP, the peer that
 //!   C engines are (built when a C compiler with OpenMP is found);
+//! - [`cpu_clock`]: exact per-thread CPU time, for idle-burn figures;
 //! - [`Stats`]: medians and spread of repeated runs;
 //! - [`peers`]: the EPCC-style suite beside rayon, candle's `BarrierPool`,
 //!   fork_union, chili and OpenMP (the crates.io ones with feature `peers`);
@@ -17,6 +18,7 @@
 //!   a quota, busy neighbours, ...) built for real, for side-by-side runs.
 
 mod baselines;
+pub mod cpu_clock;
 pub mod openmp;
 pub mod peers;
 pub mod scenarios;

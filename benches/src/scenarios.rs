@@ -558,9 +558,9 @@ impl Scenario {
         let window = Duration::from_millis(200);
         work.decode(pool, 1);
         let tids = pool.worker_tids();
-        let cpu_before = threads_cpu_ms(&tids);
+        let cpu_before = crate::cpu_clock::threads_cpu_ms(&tids);
         std::thread::sleep(window);
-        let cpu_ms_after_last_token = threads_cpu_ms(&tids) - cpu_before;
+        let cpu_ms_after_last_token = crate::cpu_clock::threads_cpu_ms(&tids) - cpu_before;
         PoolProbe {
             hot_run_ns,
             unparks_per_dispatch,
@@ -711,25 +711,4 @@ fn bursty_neighbour(seconds: u64) -> ! {
         }
     });
     std::process::exit(0);
-}
-
-/// CPU time the threads `tids` of this process have run, in ms, from
-/// each thread's CPU-time clock (`clock_gettime` on the Linux per-thread
-/// clock id; unlike `/proc/.../schedstat`, it includes a running thread's
-/// current slice). Other processes' and other threads' time is not in it.
-fn threads_cpu_ms(tids: &[i32]) -> f64 {
-    tids.iter()
-        .map(|&tid| {
-            // Linux's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED).
-            let clock = ((!tid) << 3) | 6;
-            // SAFETY: timespec is plain old data; all-zero is valid.
-            let mut now: libc::timespec = unsafe { std::mem::zeroed() };
-            // SAFETY: `now` is a valid out-pointer; an invalid clock id (a
-            // thread that exited) is reported as an error, read as 0.
-            if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
-                return 0.0;
-            }
-            now.tv_sec as f64 * 1e3 + now.tv_nsec as f64 / 1e6
-        })
-        .sum()
 }

@@ -4,7 +4,7 @@
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use pool_benches::RayonExecutor;
+use pool_benches::{cpu_clock, RayonExecutor};
 use pool_core::{Pool, SpinPolicy};
 use pool_matvec::decode::{DecodeExecutor, DecodeModel};
 use serde::Serialize;
@@ -60,25 +60,19 @@ fn pool_with(workers: usize, policy: SpinPolicy) -> Pool {
         .expect("spawn the pool's workers")
 }
 
-/// CPU time this process used, in ms (user + system).
-fn process_cpu_ms() -> f64 {
-    // SAFETY: `usage` is a valid out-pointer; RUSAGE_SELF always succeeds.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
-    ms(usage.ru_utime) + ms(usage.ru_stime)
-}
-
-/// CPU burned by the process in `window` after the last token on `exec`
-/// (the caller sleeps, so it is the executor's idle threads).
+/// CPU burned in `window` after the last token on `exec` by every thread
+/// of the process but the caller (which sleeps): the executor's idle
+/// threads, read on each thread's own CPU-time clock. Process-wide CPU
+/// time (`getrusage`) lags a running thread by up to a scheduler tick and
+/// would count the last token's rows into the window (see
+/// `pool_benches::cpu_clock`).
 fn burn_after_last_token(model: &DecodeModel, exec: &dyn DecodeExecutor, window: Duration) -> f64 {
+    // The threads first: listing them takes longer than a short spin.
+    let threads = cpu_clock::other_threads();
     model.decode(exec, 2);
-    let before = process_cpu_ms();
+    let before = cpu_clock::threads_cpu_ms(&threads);
     std::thread::sleep(window);
-    process_cpu_ms() - before
+    cpu_clock::threads_cpu_ms(&threads) - before
 }
 
 /// A busy process pinned to `cpu`, for `seconds` at most.

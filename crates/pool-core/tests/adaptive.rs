@@ -224,3 +224,84 @@ fn fixed_budgets_and_the_adaptive_policy_switch_at_run_time() {
         assert_eq!(pool.stats().worker_jobs(), 40 + handed as u64);
     });
 }
+
+/// CPU time the threads `tids` have run, read on each thread's own CPU-time
+/// clock (exact for a thread running elsewhere, unlike `getrusage`, which
+/// lags it by up to a scheduler tick).
+#[cfg(target_os = "linux")]
+fn threads_cpu_time(tids: &[i32]) -> Duration {
+    tids.iter()
+        .map(|&tid| {
+            // Linux's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED).
+            let clock = ((!tid) << 3) | 6;
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a valid out-pointer; the workers are alive while the
+            // pool is, so the clock id is valid.
+            let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+            assert_eq!(rc, 0, "clock_gettime on worker {tid}");
+            Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+        })
+        .sum()
+}
+
+/// The CPU `pool`'s workers burn in the 100 ms after a stream of jobs
+/// 900 µs apart (a stream that teaches the adaptive policy to spin about
+/// twice that) stops.
+#[cfg(target_os = "linux")]
+fn burn_after_the_last_job(pool: &Pool) -> Duration {
+    for _ in 0..50 {
+        pool.run(|_, _| {});
+        busy(Duration::from_micros(900));
+    }
+    pool.run(|_, _| {});
+    let tids = pool.worker_tids();
+    let before = threads_cpu_time(&tids);
+    std::thread::sleep(Duration::from_millis(100));
+    threads_cpu_time(&tids) - before
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "timing policy, no unsafe code of its own; Miri's clock is virtual"
+)]
+#[cfg(target_os = "linux")]
+fn the_cpu_burned_after_the_last_job_stays_within_the_linger_per_worker() {
+    watched("idle burn", |stage| {
+        let _turn = one_at_a_time();
+        let linger = Duration::from_millis(2);
+        // Parking and the last job's tail cost a little beyond the spin.
+        let slack = Duration::from_millis(1);
+        for workers in [1, 3] {
+            stage.set(format!("adaptive, {workers} workers"));
+            let pool = adaptive(workers, linger);
+            let bound = linger * workers as u32 + slack;
+            // A deadline is wall-clock time, so a loaded machine only
+            // lowers the CPU a spin takes: three runs out of three.
+            for run in 0..3 {
+                let burned = burn_after_the_last_job(&pool);
+                assert!(
+                    burned <= bound,
+                    "run {run}: {burned:?} burned after the last job, bound {bound:?}"
+                );
+            }
+        }
+        // Seeded: a fixed budget of thirty lingers' worth of spins must
+        // break the same bound, or the measurement proves nothing. One
+        // worker: the process-wide spinner budget lets only as many
+        // threads spin as there are CPUs left free, so extra workers of
+        // the seeded pool park at once on a small or loaded machine.
+        stage.set("seeded: a fixed budget of 30 lingers".to_string());
+        let pool = adaptive(1, linger);
+        pool.set_spin_budget(pool.spin_budget() * 30);
+        let bound = linger + slack;
+        let burned = burn_after_the_last_job(&pool);
+        assert!(
+            burned > bound,
+            "a budget of 30 lingers burned only {burned:?} (bound {bound:?})"
+        );
+    });
+}
