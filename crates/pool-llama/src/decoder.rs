@@ -19,7 +19,9 @@
 //!   argmax folds ranges by value then index: the logits and the tokens
 //!   are bit-identical for every executor and thread count.
 
-use pool_matvec::{dot_fast, PreparedInput, RowParallel, RowsInto, RowsIntoFn, WeightType};
+use pool_matvec::{
+    add_weighted_rows, dot_fast, PreparedInput, RowParallel, RowsInto, RowsIntoFn, WeightType,
+};
 
 use crate::model::{MatrixRef, Model};
 use crate::sampling::argmax_on;
@@ -274,12 +276,9 @@ impl Model {
                 }
                 softmax(scores);
                 head.out.fill(0.0);
-                for (t, a) in scores.iter().enumerate() {
-                    let v = &values[t * kv_dim + kv_offset..][..hs];
-                    for (o, v) in head.out.iter_mut().zip(v) {
-                        *o += a * v;
-                    }
-                }
+                // Each element's products in `t` order: the scalar loop's
+                // bits on every tier.
+                add_weighted_rows(&mut head.out, scores, &values[kv_offset..], kv_dim);
             }
         });
         for (h, head) in s.heads.iter().enumerate() {

@@ -48,6 +48,7 @@ mod serial;
 mod shape;
 mod sync;
 mod tier;
+mod weighted;
 mod weights;
 
 pub use each::{for_each_chunk_init, for_each_row};
@@ -76,6 +77,7 @@ pub use rows::{
 pub use serial::Serial;
 pub use shape::{should_parallelize, PARALLEL_THRESHOLD};
 pub use tier::{quantized_kernel_name, simd_tier, SimdTier, SIMD_TIER_ENV};
+pub use weighted::{add_weighted_rows, add_weighted_rows_on};
 pub use weights::{PreparedInput, WeightType, Weights, WeightsError};
 
 /// For the loom models only (`--cfg loom` builds).

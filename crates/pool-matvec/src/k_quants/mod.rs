@@ -170,12 +170,11 @@ pub fn quantize_q8_k(x: &[f32]) -> Vec<BlockQ8K> {
     check_super_blocks("quantize_q8_k", x.len());
     x.chunks_exact(QK_K)
         .map(|values| {
-            let amax = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
+            let d = crate::q8_0::abs_max(values) / 127.0;
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
             let mut qs = [0i8; QK_K];
             for (q, v) in qs.iter_mut().zip(values) {
-                *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+                *q = crate::q8_0::round_half_away(v * id).clamp(-127.0, 127.0) as i8;
             }
             let mut bsums = [0i16; QK_K / 16];
             for (sum, group) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
