@@ -279,13 +279,32 @@ fn timed_generate(
     prompt: &[u32],
     steps: usize,
 ) -> (f64, Vec<u32>) {
+    timed_generate_between(model, exec, prompt, steps, |_| {})
+}
+
+/// [`timed_generate`], calling `between(k)` after the `k`-th token
+/// (from 1, the first token excluded) on the caller, its time not counted.
+fn timed_generate_between(
+    model: &Llama2,
+    exec: &dyn RowParallel,
+    prompt: &[u32],
+    steps: usize,
+    mut between: impl FnMut(usize),
+) -> (f64, Vec<u32>) {
     let mut first_done = None;
+    let mut after_first = 0;
+    let mut excluded = std::time::Duration::ZERO;
     let tokens = model.generate_after(exec, prompt, steps, |_, _| {
         if first_done.is_none() {
             first_done = Some(Instant::now());
+            return;
         }
+        after_first += 1;
+        let start = Instant::now();
+        between(after_first);
+        excluded += start.elapsed();
     });
-    let elapsed = first_done.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    let elapsed = first_done.map_or(0.0, |t| (t.elapsed() - excluded).as_secs_f64());
     let rate = if tokens.len() > 1 && elapsed > 0.0 {
         (tokens.len() - 1) as f64 / elapsed
     } else {
@@ -294,20 +313,23 @@ fn timed_generate(
     (rate, tokens)
 }
 
-/// GB/s of one parallel read of the model's weights (median of `samples`),
-/// on `pool` (or the calling thread).
+/// Read-ceiling samples taken between tokens: how many a decode aims for.
+const CEILING_SAMPLES_BETWEEN_TOKENS: usize = 8;
+
+/// GB/s of one parallel read of the model's weights (median of `samples`,
+/// after one read to warm up), on `pool` (or the calling thread).
 fn weights_ceiling_gbs(model: &Llama2, pool: Option<&Pool>, samples: usize) -> f64 {
-    let weights = model.weight_bytes();
-    let bytes = read_ceiling_bytes_len(weights);
-    read_ceiling_bytes(pool, weights);
-    let runs = (0..samples)
-        .map(|_| {
-            let start = Instant::now();
-            std::hint::black_box(read_ceiling_bytes(pool, weights));
-            bytes as f64 / start.elapsed().as_nanos() as f64
-        })
-        .collect();
+    read_ceiling_bytes(pool, model.weight_bytes());
+    let runs = (0..samples).map(|_| weights_read_gbs(model, pool)).collect();
     Stats::of(runs).median
+}
+
+/// GB/s of one parallel read of the model's weights.
+fn weights_read_gbs(model: &Llama2, pool: Option<&Pool>) -> f64 {
+    let weights = model.weight_bytes();
+    let start = Instant::now();
+    std::hint::black_box(read_ceiling_bytes(pool, weights));
+    read_ceiling_bytes_len(weights) as f64 / start.elapsed().as_nanos() as f64
 }
 
 pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
@@ -386,6 +408,14 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
     let meter = pool_topo::CpuMeter::start();
     let dispatches_before = pool_core::dispatch_count();
     let stats_before = built.ceiling_pool().map(Pool::stats);
+    // On the pool, the read ceiling is sampled between tokens (their time
+    // not counted), so the host's bandwidth, which drifts by tens of
+    // percent within seconds on a shared machine, is the same for the
+    // decode and its bound. Other executors' idle threads would share the
+    // CPUs with a sample taken between their tokens: theirs is taken
+    // after the decode.
+    let mut between_samples = Vec::new();
+    let mut sampling_dispatches = 0;
     let (rate, tokens) = if o.executor == Executor::OpenMp {
         if !prompt.is_empty() {
             return Err("--prompt is not supported with --executor openmp".to_owned());
@@ -393,10 +423,19 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         OpenMpLlama2::new(&model)
             .map_err(|reason| format!("the C + OpenMP peer is not available: {reason}"))?
             .generate(steps, threads)
+    } else if let Built::Pool(pool) = &built {
+        let every = (steps / CEILING_SAMPLES_BETWEEN_TOKENS).max(1);
+        timed_generate_between(&model, exec, &prompt, steps, |k| {
+            if k % every == 0 {
+                let dispatches = pool_core::dispatch_count();
+                between_samples.push(weights_read_gbs(&model, Some(pool)));
+                sampling_dispatches += pool_core::dispatch_count() - dispatches;
+            }
+        })
     } else {
         timed_generate(&model, exec, &prompt, steps)
     };
-    let dispatches = pool_core::dispatch_count() - dispatches_before;
+    let dispatches = pool_core::dispatch_count() - dispatches_before - sampling_dispatches;
     let pool_stats = built
         .ceiling_pool()
         .zip(stats_before)
@@ -421,8 +460,12 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         }
         None => None,
     };
-    settle();
-    let ceiling = weights_ceiling_gbs(&model, ceiling_on, 5);
+    let ceiling = if between_samples.len() >= 3 {
+        Stats::of(between_samples).median
+    } else {
+        settle();
+        weights_ceiling_gbs(&model, ceiling_on, 5)
+    };
     let bytes_per_token = model.bytes_per_token();
     let bound = ceiling * 1e9 / bytes_per_token as f64;
     let contamination = meter.and_then(|m| m.foreign()).map(|f| Contamination {
