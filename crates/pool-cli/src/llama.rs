@@ -320,7 +320,9 @@ const CEILING_SAMPLES_BETWEEN_TOKENS: usize = 8;
 /// after one read to warm up), on `pool` (or the calling thread).
 fn weights_ceiling_gbs(model: &Llama2, pool: Option<&Pool>, samples: usize) -> f64 {
     read_ceiling_bytes(pool, model.weight_bytes());
-    let runs = (0..samples).map(|_| weights_read_gbs(model, pool)).collect();
+    let runs = (0..samples)
+        .map(|_| weights_read_gbs(model, pool))
+        .collect();
     Stats::of(runs).median
 }
 
