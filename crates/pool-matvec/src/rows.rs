@@ -354,6 +354,13 @@ pub(crate) fn pull_chunks(
 /// quarter of the rows. At least `floor` rows, a multiple of 4 when it can
 /// be (the kernels' stride), never more than what is left.
 fn guided_chunk(remaining: usize, participants: usize, floor: usize) -> usize {
+    if participants <= 1 {
+        // Alone (a job the adaptive policy ran inline): all of it in one
+        // call, as a serial loop would. Halving it anyway cost a cursor
+        // CAS and a cold start of the kernel's prefetch stream per chunk,
+        // about ten per matrix.
+        return remaining;
+    }
     let share = (remaining / (2 * participants.max(1))).max(floor);
     let share = if share >= 4 { share & !3 } else { share };
     share.clamp(1, remaining)
