@@ -94,6 +94,10 @@ pub const SETTINGS: [(u32, &str); 18] = [
 /// 100 ms periods.
 pub const QUOTA_SAMPLE: Duration = Duration::from_millis(300);
 
+/// The shortest sample of a full `pool bench --scenarios` run outside a
+/// quota (see [`Scenario::min_sample`]).
+pub const MIN_SAMPLE: Duration = Duration::from_millis(20);
+
 /// The fixed budget measured beside the default policy.
 pub const FIXED_BUDGET: usize = 4000;
 
@@ -298,6 +302,8 @@ pub struct Scenario {
     quota: Option<pool_topo::CpuQuotaGroup>,
     throttled_at_entry: Option<u64>,
     built: HashMap<(Exec, usize), Built>,
+    /// The shortest sample outside a quota ([`Scenario::min_sample`]).
+    min_sample: Duration,
 }
 
 impl Scenario {
@@ -317,6 +323,7 @@ impl Scenario {
             quota: None,
             throttled_at_entry: None,
             built: HashMap::new(),
+            min_sample: Duration::ZERO,
         };
         match number {
             2 => s.pin_caller(s.cpus[0])?,
@@ -383,6 +390,17 @@ impl Scenario {
             group.version(),
             now.saturating_sub(self.throttled_at_entry.unwrap_or(0)),
         ))
+    }
+
+    /// Makes every sample (outside a quota, which has [`QUOTA_SAMPLE`])
+    /// repeat its tokens for at least `d`. A neighbour's CPU time comes in
+    /// scheduler ticks (4 ms at `HZ=250`); a sample of three half-
+    /// millisecond tokens falls inside one tick or across two, and the
+    /// same executor read 0.6-1.4x its median from sample to sample
+    /// ([`MIN_SAMPLE`] spans several).
+    pub fn min_sample(mut self, d: Duration) -> Self {
+        self.min_sample = d;
+        self
     }
 
     /// At least `tokens`; under a quota, at least 12 (and a sample then
@@ -498,13 +516,17 @@ impl Scenario {
                 }
                 let built = &self.built;
                 let start = Instant::now();
-                std::thread::scope(|scope| {
-                    for copy in copies {
-                        let executor = &built[&(exec, copy)];
-                        scope.spawn(move || executor.decode(exec, work, tokens));
-                    }
-                });
-                start.elapsed() / (2 * tokens) as u32
+                let mut decoded = 0;
+                while decoded == 0 || start.elapsed() < self.min_sample {
+                    std::thread::scope(|scope| {
+                        for copy in copies {
+                            let executor = &built[&(exec, copy)];
+                            scope.spawn(move || executor.decode(exec, work, tokens));
+                        }
+                    });
+                    decoded += 2 * tokens;
+                }
+                start.elapsed() / decoded as u32
             }
             11 | 12 => {
                 let gap = Duration::from_millis(if self.number == 11 { 1 } else { 20 });
@@ -519,7 +541,11 @@ impl Scenario {
                 total / tokens as u32
             }
             _ => {
-                let quota = self.quota.is_some();
+                let shortest = if self.quota.is_some() {
+                    QUOTA_SAMPLE
+                } else {
+                    self.min_sample
+                };
                 let executor = self.built(exec, 0);
                 let start = Instant::now();
                 let mut decoded = 0;
@@ -527,7 +553,7 @@ impl Scenario {
                 // periods whatever a token costs: a shorter burst runs two
                 // threads unthrottled and measures the burst, not the
                 // quota.
-                while decoded == 0 || (quota && start.elapsed() < QUOTA_SAMPLE) {
+                while decoded == 0 || start.elapsed() < shortest {
                     executor.decode(exec, work, tokens);
                     decoded += tokens;
                 }

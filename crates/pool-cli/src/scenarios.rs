@@ -105,6 +105,16 @@ fn described(path: &Path, model: &pool_llama::Model) -> String {
     )
 }
 
+/// The executors' order in round `round` of `n` (a prime): position `k`
+/// runs executor `k * step % n`, the step cycling through `1..n`. Each
+/// round starts with executor 0, right after the previous round's last,
+/// which completes that round's step: over `n - 1` rounds (and the next
+/// round's first), each executor comes right after every other once.
+fn round_order(round: usize, n: usize) -> impl Iterator<Item = usize> {
+    let step = 1 + round % (n - 1).max(1);
+    (0..n).map(move |k| k * step % n)
+}
+
 /// The matrix over `only` (every setting when empty), decoding
 /// `model_file` or the synthetic workload.
 pub(crate) fn measure(
@@ -140,7 +150,8 @@ pub(crate) fn measure(
         }
         eprintln!("scenarios: {number:>2} {name}");
         let mut scenario = match Scenario::enter(number) {
-            Ok(s) => s,
+            Ok(s) if quick => s,
+            Ok(s) => s.min_sample(pool_benches::scenarios::MIN_SAMPLE),
             Err(reason) => {
                 rows.push(skipped(number, name, reason));
                 continue;
@@ -151,10 +162,18 @@ pub(crate) fn measure(
         for exec in Exec::ALL {
             scenario.time_tokens(exec, work, 1);
         }
+        // The order changes from round to round so that each executor
+        // follows every other equally often. The executor before a sample
+        // matters on a busy machine: rayon's caller sleeps while rayon's
+        // threads work, the scheduler (EEVDF) then owes that thread CPU
+        // time, and beside three busy processes it paid it back during
+        // the next sample: in the fixed order the serial loop, right
+        // after rayon, read 1.2-1.35x the same loop measured after the
+        // pool (docs/benchmarks.md).
         let mut per_exec: Vec<Vec<f64>> = vec![Vec::new(); Exec::ALL.len()];
-        for _ in 0..samples {
-            for (i, exec) in Exec::ALL.into_iter().enumerate() {
-                let per_token = scenario.time_tokens(exec, work, tokens);
+        for round in 0..samples {
+            for i in round_order(round, Exec::ALL.len()) {
+                let per_token = scenario.time_tokens(Exec::ALL[i], work, tokens);
                 per_exec[i].push(1.0 / per_token.as_secs_f64());
             }
         }
@@ -333,4 +352,35 @@ pub(crate) fn run(
         print(&report);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_order;
+
+    #[test]
+    fn every_round_runs_each_executor_once_and_each_follows_every_other_equally() {
+        let n = 5;
+        let mut sequence = Vec::new();
+        for round in 0..n - 1 {
+            let order: Vec<usize> = round_order(round, n).collect();
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "round {round}: {order:?}");
+            sequence.extend(order);
+        }
+        // The next cycle's first sample follows the last round too.
+        sequence.extend(round_order(n - 1, n).take(1));
+        let mut follows = vec![vec![0; n]; n];
+        for pair in sequence.windows(2) {
+            follows[pair[1]][pair[0]] += 1;
+        }
+        for (after, counts) in follows.iter().enumerate() {
+            for (before, &count) in counts.iter().enumerate() {
+                if before != after {
+                    assert_eq!(count, 1, "{after} after {before}: {follows:?}");
+                }
+            }
+        }
+    }
 }
