@@ -49,6 +49,9 @@ struct ForkJoin {
     ping_pong: Summary,
     spin_reference: Summary,
     pool_hot: Summary,
+    /// The share of `pool_hot`'s jobs the adaptive policy ran inline (it
+    /// saw foreign load or another busy caller): those were no fork-join.
+    pool_hot_inline_share: f64,
     pool_oversubscribed: Summary,
     rayon_broadcast_inside: Summary,
     rayon_broadcast_outside: Summary,
@@ -294,7 +297,11 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
     let spin_reference = ns_per_call(samples, iters, || spin.run(|_, _| {}));
     drop(spin);
     let pool = Pool::new(workers);
+    let before = pool.stats();
     let pool_hot = ns_per_call(samples, iters, || pool.run(|_, _| {}));
+    let hot_stats = pool.stats().since(&before);
+    let hot_jobs = hot_stats.dispatches() + hot_stats.jobs_inline;
+    let pool_hot_inline_share = hot_stats.jobs_inline as f64 / hot_jobs.max(1) as f64;
     let oversubscribed_workers = cpus * 4;
     let over = Pool::new(oversubscribed_workers);
     let pool_oversubscribed = ns_per_call(samples, iters / 10, || over.run(|_, _| {}));
@@ -328,6 +335,7 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         ping_pong,
         spin_reference,
         pool_hot,
+        pool_hot_inline_share,
         pool_oversubscribed,
         rayon_broadcast_inside,
         rayon_broadcast_outside,
@@ -529,6 +537,20 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
     }
 }
 
+/// The fork-join line when more than 1 % of its jobs ran inline: the
+/// adaptive policy saw foreign load or another busy caller, and the line
+/// timed a function call (one run read 29 ns against a 56 ns ping-pong).
+fn inline_fork_join(inline_share: f64) -> Option<String> {
+    (inline_share > 0.01).then(|| {
+        format!(
+            "the pool ran {:.0} % of the empty jobs of \"pool run, hot\" inline (it saw foreign \
+             load or another busy caller): that line measured no fork-join: a measurement \
+             problem, not a result",
+            100.0 * inline_share
+        )
+    })
+}
+
 /// The figures of `r` this machine cannot produce, in words.
 fn measurement_problems(r: &BenchReport) -> Vec<String> {
     let b = &r.bandwidth;
@@ -547,6 +569,7 @@ fn measurement_problems(r: &BenchReport) -> Vec<String> {
         ));
     }
     problems.extend(crate::llama::impossible_figures(&r.llama2));
+    problems.extend(inline_fork_join(r.fork_join_ns.pool_hot_inline_share));
     let limit = r.participants as f64 * 1.1;
     for f in &r.decode_formats {
         if f.pool_vs_serial > limit {
@@ -741,4 +764,20 @@ pub(crate) fn run(quick: bool, json: bool, markdown: bool) -> Result<(), String>
     crate::llama::print_checkpoints(&r.llama2);
     crate::waiting::print(&r.waiting);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inline_fork_join;
+
+    #[test]
+    fn a_fork_join_line_whose_jobs_ran_inline_is_a_measurement_problem() {
+        assert_eq!(inline_fork_join(0.0), None);
+        assert_eq!(inline_fork_join(0.005), None, "a stray inline job is noise");
+        let problem = inline_fork_join(0.6).expect("60 % inline");
+        assert!(
+            problem.contains("60 %") && problem.contains("no fork-join"),
+            "{problem}"
+        );
+    }
 }

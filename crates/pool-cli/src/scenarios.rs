@@ -366,7 +366,11 @@ mod tests {
             let order: Vec<usize> = round_order(round, n).collect();
             let mut sorted = order.clone();
             sorted.sort_unstable();
-            assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "round {round}: {order:?}");
+            assert_eq!(
+                sorted,
+                (0..n).collect::<Vec<_>>(),
+                "round {round}: {order:?}"
+            );
             sequence.extend(order);
         }
         // The next cycle's first sample follows the last round too.
