@@ -158,7 +158,10 @@ struct DecodeReport {
     /// CPUs other processes kept busy where this one runs, at the end of
     /// the decode (`pool_core::foreign_cpus`).
     foreign_cpus: f64,
+    /// Weights plus `kv_cache_bytes_per_token`.
     bytes_per_token: usize,
+    /// The KV cache a timed token reads, on average over their positions.
+    kv_cache_bytes_per_token: usize,
     read_ceiling_gbs: f64,
     bound_tokens_per_s: f64,
     share_of_bound: f64,
@@ -468,7 +471,21 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         settle();
         weights_ceiling_gbs(&model, ceiling_on, 5)
     };
-    let bytes_per_token = model.bytes_per_token();
+    // The timed tokens are the generated ones after the first: positions
+    // prompt + 1 ..= prompt + generated - 1. Each reads the weights and
+    // the KV cache up to its position.
+    let timed: Vec<usize> = (prompt.len() + 1..prompt.len() + tokens.len()).collect();
+    let kv_cache_bytes_per_token = if timed.is_empty() {
+        0
+    } else {
+        timed
+            .iter()
+            .map(|&pos| model.kv_cache_bytes_at(pos))
+            .sum::<usize>()
+            / timed.len()
+    };
+    let weight_bytes_per_token = model.bytes_per_token();
+    let bytes_per_token = weight_bytes_per_token + kv_cache_bytes_per_token;
     let bound = ceiling * 1e9 / bytes_per_token as f64;
     let contamination = meter.and_then(|m| m.foreign()).map(|f| Contamination {
         foreign_cpus: f.cpus,
@@ -507,6 +524,7 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         withdrawn: pool_stats.withdrawn,
         foreign_cpus,
         bytes_per_token,
+        kv_cache_bytes_per_token,
         read_ceiling_gbs: ceiling,
         bound_tokens_per_s: bound,
         share_of_bound: rate / bound,
@@ -548,10 +566,12 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         "reached: n/a (a measurement problem, below)".to_owned()
     };
     println!(
-        "bound: {:.1} GB/s read ceiling over the weights at {} / {:.1} MB per token = {:.1} tokens/s; {reached}",
+        "bound: {:.1} GB/s read ceiling over the weights at {} / {:.1} MB per token ({:.1} MB of weights, {:.1} MB of KV cache) = {:.1} tokens/s; {reached}",
         ceiling,
         crate::threads_phrase(threads),
         bytes_per_token as f64 / 1e6,
+        weight_bytes_per_token as f64 / 1e6,
+        kv_cache_bytes_per_token as f64 / 1e6,
         bound,
     );
     for problem in &report.measurement_problems {

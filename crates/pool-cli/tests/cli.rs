@@ -499,9 +499,13 @@ fn decode_gives_the_same_tokens_on_every_executor_and_reports_the_bound() {
         let v = pooled[field].as_f64().unwrap();
         assert!(v > 0.0 && v.is_finite(), "{field} = {v}");
     }
-    // 4 bytes x (6 layers x (4 x 288^2 + 3 x 768 x 288 + 2 x 288 RMS)
-    // + the 32000 x 288 classifier + 2 x 288 (embedding row, final RMS)).
-    assert_eq!(pooled["bytes_per_token"], 60_768_000);
+    // Weights: 4 bytes x (6 layers x (4 x 288^2 + 3 x 768 x 288 + 2 x 288
+    // RMS) + the 32000 x 288 classifier + 2 x 288 (embedding row, final
+    // RMS)) = 60,768,000. KV cache: the timed tokens are at positions 1
+    // and 2 (the first is not timed), reading 2 and 3 positions of keys
+    // and values: 6 layers x 2 x 288 x 4 bytes x (2 + 3) / 2 = 34,560.
+    assert_eq!(pooled["kv_cache_bytes_per_token"], 34_560);
+    assert_eq!(pooled["bytes_per_token"], 60_768_000 + 34_560);
     for executor in ["rayon", "serial"] {
         assert_eq!(run(executor)["tokens"], pooled["tokens"], "{executor}");
     }

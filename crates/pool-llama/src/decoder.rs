@@ -20,7 +20,7 @@
 //!   are bit-identical for every executor and thread count.
 
 use pool_matvec::{
-    add_weighted_rows, dot_fast, PreparedInput, RowParallel, RowsInto, RowsIntoFn, WeightType,
+    add_weighted_rows, dot_fast_rows, PreparedInput, RowParallel, RowsInto, RowsIntoFn, WeightType,
 };
 
 use crate::model::{MatrixRef, Model};
@@ -268,11 +268,11 @@ impl Model {
                 let q = &q[h * hs..(h + 1) * hs];
                 let kv_offset = (h / group) * hs;
                 let scores = &mut head.scores[..pos + 1];
-                for (t, a) in scores.iter_mut().enumerate() {
-                    let k = &keys[t * kv_dim + kv_offset..][..hs];
-                    // The SIMD kernel's fixed order: the same bits on
-                    // every tier and thread count.
-                    *a = dot_fast(q, k) * scale;
+                // The SIMD kernel's fixed order: the same bits on every
+                // tier and thread count.
+                dot_fast_rows(q, &keys[kv_offset..], kv_dim, scores);
+                for a in scores.iter_mut() {
+                    *a *= scale;
                 }
                 softmax(scores);
                 head.out.fill(0.0);

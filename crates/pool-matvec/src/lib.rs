@@ -54,7 +54,9 @@ mod weights;
 pub use each::{for_each_chunk_init, for_each_row};
 pub use exact::{matvec_naive, matvec_rows, matvec_rows2};
 pub use executor::Executor;
-pub use fast::{dot_fast, dot_fast_on, dot_fast_portable, matvec_f32_fast};
+pub use fast::{
+    dot_fast, dot_fast_on, dot_fast_portable, dot_fast_rows, dot_fast_rows_on, matvec_f32_fast,
+};
 pub use k_quants::{
     dequantize_q4_k, dequantize_q6_k, dot_q4_k, dot_q4_k_on, dot_q4_k_scalar, dot_q6_k,
     dot_q6_k_on, dot_q6_k_scalar, quantize_q4_k, quantize_q6_k, quantize_q8_k, BlockQ4K, BlockQ6K,

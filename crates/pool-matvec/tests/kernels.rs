@@ -226,6 +226,42 @@ fn every_simd_tier_this_cpu_has_gives_the_portable_bits() {
 }
 
 #[test]
+fn many_rows_a_stride_apart_give_each_rows_portable_bits_on_every_tier() {
+    // Attention's shape (a head of 64 against keys a row of 768 apart),
+    // and lengths with tails.
+    let shapes: &[(usize, usize, usize)] = if cfg!(miri) {
+        &[(33, 40, 3)]
+    } else {
+        &[
+            (64, 768, 37),
+            (48, 48, 5),
+            (33, 40, 9),
+            (5, 5, 4),
+            (0, 1, 2),
+        ]
+    };
+    for &(len, stride, rows) in shapes {
+        let values = spread((rows - 1) * stride + len, 91 + len as u64);
+        let x = spread(len, 92);
+        let expected: Vec<u32> = (0..rows)
+            .map(|t| dot_fast_portable(&values[t * stride..][..len], &x).to_bits())
+            .collect();
+        for tier in SimdTier::available() {
+            let mut out = vec![0.0f32; rows];
+            dot_fast_rows_on(tier, &x, &values, stride, &mut out).expect("available");
+            let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, expected, "{tier} at {len}/{stride}/{rows}");
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "need more than")]
+fn many_rows_past_the_values_are_refused() {
+    dot_fast_rows(&[1.0; 4], &[0.0; 7], 4, &mut [0.0; 2]);
+}
+
+#[test]
 #[cfg_attr(
     miri,
     ignore = "a million interpreted multiplies; no unsafe code of its own"
