@@ -167,9 +167,8 @@ pub(crate) fn measure(
         // matters on a busy machine: rayon's caller sleeps while rayon's
         // threads work, the scheduler (EEVDF) then owes that thread CPU
         // time, and beside three busy processes it paid it back during
-        // the next sample: in the fixed order the serial loop, right
-        // after rayon, read 1.2-1.35x the same loop measured after the
-        // pool (docs/benchmarks.md).
+        // the next sample: whichever executor ran right after rayon
+        // gained 35-40 % (docs/design.md, "Withdrawable invitations").
         let mut per_exec: Vec<Vec<f64>> = vec![Vec::new(); Exec::ALL.len()];
         for round in 0..samples {
             for i in round_order(round, Exec::ALL.len()) {
