@@ -474,15 +474,10 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
     // The timed tokens are the generated ones after the first: positions
     // prompt + 1 ..= prompt + generated - 1. Each reads the weights and
     // the KV cache up to its position.
-    let timed: Vec<usize> = (prompt.len() + 1..prompt.len() + tokens.len()).collect();
-    let kv_cache_bytes_per_token = if timed.is_empty() {
-        0
-    } else {
-        timed
-            .iter()
-            .map(|&pos| model.kv_cache_bytes_at(pos))
-            .sum::<usize>()
-            / timed.len()
+    let timed = prompt.len() + 1..prompt.len() + tokens.len();
+    let kv_cache_bytes_per_token = match timed.len() {
+        0 => 0,
+        n => timed.map(|pos| model.kv_cache_bytes_at(pos)).sum::<usize>() / n,
     };
     let weight_bytes_per_token = model.bytes_per_token();
     let bytes_per_token = weight_bytes_per_token + kv_cache_bytes_per_token;

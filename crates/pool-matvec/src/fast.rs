@@ -15,7 +15,7 @@
 use crate::executor::{gated, Executor};
 
 use crate::disjoint::DisjointRows;
-use crate::shape::check_matvec;
+use crate::shape::{check_matvec, check_strided_rows};
 use crate::tier::{simd_tier, SimdTier};
 
 const LANES: usize = 32;
@@ -157,7 +157,7 @@ pub fn dot_fast_on(tier: SimdTier, w: &[f32], x: &[f32]) -> Option<f32> {
 /// assert_eq!(out, [11.0, 17.0]);
 /// ```
 pub fn dot_fast_rows(x: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
-    check_rows("dot_fast_rows", x.len(), rows.len(), stride, out.len());
+    check_strided_rows("dot_fast_rows", x.len(), rows.len(), stride, out.len());
     dots_for(simd_tier())(x, rows, stride, out);
 }
 
@@ -170,23 +170,9 @@ pub fn dot_fast_rows_on(
     stride: usize,
     out: &mut [f32],
 ) -> Option<()> {
-    check_rows("dot_fast_rows", x.len(), rows.len(), stride, out.len());
+    check_strided_rows("dot_fast_rows", x.len(), rows.len(), stride, out.len());
     tier.is_available()
         .then(|| dots_for(tier)(x, rows, stride, out))
-}
-
-fn check_rows(what: &str, len: usize, values: usize, stride: usize, rows: usize) {
-    assert!(
-        stride >= len,
-        "{what}: rows {stride} apart overlap {len} values"
-    );
-    if let Some(last) = rows.checked_sub(1) {
-        let needed = last.checked_mul(stride).and_then(|at| at.checked_add(len));
-        assert!(
-            needed.is_some_and(|n| n <= values),
-            "{what}: {rows} rows of {len}, {stride} apart, need more than the {values} values given"
-        );
-    }
 }
 
 type DotsFn = fn(&[f32], &[f32], usize, &mut [f32]);

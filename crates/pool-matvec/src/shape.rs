@@ -30,6 +30,31 @@ pub(crate) fn check_matvec(kernel: &str, w_len: usize, rows: usize, cols: usize)
     }
 }
 
+/// Panics, naming the shapes, unless `rows` rows of `len` values, `stride`
+/// apart, fit in `values` values without overlapping: the bounds of the
+/// strided kernels (`dot_fast_rows`, `add_weighted_rows`).
+#[inline]
+#[track_caller]
+pub(crate) fn check_strided_rows(
+    kernel: &str,
+    len: usize,
+    values: usize,
+    stride: usize,
+    rows: usize,
+) {
+    assert!(
+        stride >= len,
+        "{kernel}: rows {stride} apart overlap {len} values"
+    );
+    if let Some(last) = rows.checked_sub(1) {
+        let needed = last.checked_mul(stride).and_then(|at| at.checked_add(len));
+        assert!(
+            needed.is_some_and(|n| n <= values),
+            "{kernel}: {rows} rows of {len}, {stride} apart, need more than the {values} values given"
+        );
+    }
+}
+
 /// Panics, naming the shapes, unless `x_len` is whole 32-value blocks.
 #[inline]
 #[track_caller]

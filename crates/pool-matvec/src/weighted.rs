@@ -5,6 +5,7 @@
 //! elements are independent, so the vector width changes nothing and
 //! every tier gives the scalar loop's bits.
 
+use crate::shape::check_strided_rows;
 use crate::tier::{simd_tier, SimdTier};
 
 /// Output elements a pass keeps in registers: four AVX-512 vectors, one
@@ -27,15 +28,7 @@ const CHUNK: usize = 64;
 /// ```
 pub fn add_weighted_rows(out: &mut [f32], weights: &[f32], values: &[f32], stride: usize) {
     check(out, weights, values, stride);
-    match simd_tier() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the tier is only selected where the CPU has AVX-512F.
-        SimdTier::Avx512 => unsafe { add_weighted_rows_avx512(out, weights, values, stride) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the tier is only selected where the CPU has AVX2.
-        SimdTier::Avx2 => unsafe { add_weighted_rows_avx2(out, weights, values, stride) },
-        _ => add_weighted_rows_generic(out, weights, values, stride),
-    }
+    kernel_for(simd_tier())(out, weights, values, stride);
 }
 
 /// [`add_weighted_rows`] by `tier`'s code path; `None` if this CPU cannot
@@ -51,59 +44,67 @@ pub fn add_weighted_rows_on(
         return None;
     }
     check(out, weights, values, stride);
-    match tier {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: available, checked above.
-        SimdTier::Avx512 => unsafe { add_weighted_rows_avx512(out, weights, values, stride) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: available, checked above.
-        SimdTier::Avx2 => unsafe { add_weighted_rows_avx2(out, weights, values, stride) },
-        _ => add_weighted_rows_generic(out, weights, values, stride),
-    }
+    kernel_for(tier)(out, weights, values, stride);
     Some(())
 }
 
+#[track_caller]
 fn check(out: &[f32], weights: &[f32], values: &[f32], stride: usize) {
-    assert!(
-        stride >= out.len(),
-        "add_weighted_rows: rows {stride} apart overlap {} outputs",
-        out.len()
+    check_strided_rows(
+        "add_weighted_rows",
+        out.len(),
+        values.len(),
+        stride,
+        weights.len(),
     );
-    if let Some(last) = weights.len().checked_sub(1) {
-        let needed = last
-            .checked_mul(stride)
-            .and_then(|at| at.checked_add(out.len()));
-        assert!(
-            needed.is_some_and(|n| n <= values.len()),
-            "add_weighted_rows: {} rows {stride} apart of {} values need more than the {} given",
-            weights.len(),
-            out.len(),
-            values.len()
-        );
+}
+
+type WeightedFn = fn(&mut [f32], &[f32], &[f32], usize);
+
+/// The kernel of an available `tier`.
+fn kernel_for(tier: SimdTier) -> WeightedFn {
+    match tier {
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx512 => x86::avx512,
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx2 => x86::avx2,
+        _ => add_weighted_rows_generic,
     }
 }
 
-/// # Safety
-///
-/// AVX-512F.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn add_weighted_rows_avx512(
-    out: &mut [f32],
-    weights: &[f32],
-    values: &[f32],
-    stride: usize,
-) {
-    add_weighted_rows_generic(out, weights, values, stride);
-}
+mod x86 {
+    use super::add_weighted_rows_generic;
 
-/// # Safety
-///
-/// AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn add_weighted_rows_avx2(out: &mut [f32], weights: &[f32], values: &[f32], stride: usize) {
-    add_weighted_rows_generic(out, weights, values, stride);
+    /// Safe entry: only selected for an available AVX-512 tier.
+    pub(super) fn avx512(out: &mut [f32], weights: &[f32], values: &[f32], stride: usize) {
+        // SAFETY: `kernel_for` hands this out only for `SimdTier::Avx512`,
+        // which `simd_tier` and `add_weighted_rows_on` select only where
+        // the CPU has AVX-512F.
+        unsafe { with_avx512(out, weights, values, stride) }
+    }
+
+    /// Safe entry: only selected for an available AVX2 tier.
+    pub(super) fn avx2(out: &mut [f32], weights: &[f32], values: &[f32], stride: usize) {
+        // SAFETY: as above, for `SimdTier::Avx2` and AVX2.
+        unsafe { with_avx2(out, weights, values, stride) }
+    }
+
+    /// # Safety
+    ///
+    /// AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn with_avx512(out: &mut [f32], weights: &[f32], values: &[f32], stride: usize) {
+        add_weighted_rows_generic(out, weights, values, stride);
+    }
+
+    /// # Safety
+    ///
+    /// AVX2.
+    #[target_feature(enable = "avx2")]
+    unsafe fn with_avx2(out: &mut [f32], weights: &[f32], values: &[f32], stride: usize) {
+        add_weighted_rows_generic(out, weights, values, stride);
+    }
 }
 
 /// The loop each tier compiles with its own vector width: whole chunks
