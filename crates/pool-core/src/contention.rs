@@ -122,6 +122,18 @@ impl Shared {
         }
     }
 
+    /// A wait too short to read a clock is never foreign load: it clears
+    /// the mark a long wait left (else balanced jobs, whose joins are all
+    /// short, would keep spinners backing off forever). A load and, only
+    /// on a change, a store.
+    #[inline]
+    pub(crate) fn note_short_wait(&self) {
+        let flag = &self.settings.contended;
+        if flag.load(process::Ordering::Relaxed) {
+            flag.store(false, process::Ordering::Relaxed);
+        }
+    }
+
     /// Whether other processes keep so many CPUs busy that this pool's
     /// threads do not each have one: then a spinning caller may be holding
     /// the very CPU a worker needs, as when oversubscribed.

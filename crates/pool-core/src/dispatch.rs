@@ -725,6 +725,7 @@ impl Shared {
                     (waited as f64 * self.ns_per_tick) as u64,
                     wait.spins,
                 );
+                self.note_short_wait();
             }
             Some(marked) => {
                 let start =
