@@ -281,6 +281,15 @@ impl PoolBuilder {
 
     /// Spawns the workers and returns once all of them are running (their
     /// kernel thread ids recorded, pins applied, start hooks returned).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a zero-width pool or a pin list of the wrong
+    /// length; the OS error if a thread cannot be spawned; pinning,
+    /// priority and start-hook failures, named; `TimedOut` if a worker
+    /// has not run its first line within 10 s (stuck in the thread
+    /// library's start-up: in a child forked from a multi-threaded parent
+    /// whose other threads were starting threads at the fork; that thread
+    /// is leaked, not joined).
     pub fn build(mut self) -> io::Result<Pool> {
         if self.share_cpus {
             self.leave_held_cpus_to_their_pools();
@@ -344,7 +353,13 @@ impl PoolBuilder {
             if let Some(bytes) = self.stack_size {
                 builder = builder.stack_size(bytes);
             }
+            // Until the new thread runs its first line it is inside the
+            // standard library's thread start, which a fork must not split
+            // (`fork.rs`). Dropped with the closure if the spawn fails.
+            let starting = crate::fork::ThreadTransition::begin();
             let spawned = builder.spawn(move || {
+                drop(starting);
+                startup.started(index);
                 let hook = hook
                     .as_deref()
                     .map(|hook| move || crate::global::run_start_hook(for_global, || hook(index)));
@@ -365,7 +380,20 @@ impl PoolBuilder {
             }
         }
         pool.threads = threads.into_boxed_slice();
-        pool.tids = startup.wait_all(self.workers)?;
+        pool.tids = match startup.wait_all(self.workers) {
+            Ok(tids) => tids,
+            Err(startup::Failed {
+                error,
+                never_started,
+            }) => {
+                // A thread stuck in its start can never be joined: leak
+                // it; dropping `pool` joins the others.
+                for index in never_started.into_iter().rev() {
+                    std::mem::forget(pool.handles.remove(index));
+                }
+                return Err(error);
+            }
+        };
         // The pinned workers' CPUs and the caller's, for the plans of the
         // pools built after this one (`pool_topo::held_cpus`).
         let pinned: Vec<usize> = self
@@ -438,14 +466,29 @@ fn quota_bounded() -> bool {
 #[cfg(not(loom))]
 mod startup {
     use std::io;
+    use std::time::{Duration, Instant};
 
     use crate::priority::WorkerPriority;
     use crate::sync::{lock, Condvar, Mutex};
 
     #[derive(Default)]
     struct Record {
+        started: Vec<usize>,
         tids: Vec<(usize, i32)>,
         errors: Vec<String>,
+    }
+
+    /// How long a spawned thread may take to run its first line. Thread
+    /// start takes microseconds even on a loaded machine; longer means it
+    /// is stuck in the thread library for good (a lock a forked child
+    /// inherited held), and the build fails instead of hanging.
+    const START_LIMIT: Duration = Duration::from_secs(10);
+
+    /// Why a build failed, and which workers never ran a line (they cannot
+    /// be joined).
+    pub(super) struct Failed {
+        pub(super) error: io::Error,
+        pub(super) never_started: Vec<usize>,
     }
 
     pub(super) struct Startup {
@@ -459,6 +502,12 @@ mod startup {
                 record: Mutex::new(Record::default()),
                 changed: Condvar::new(),
             }
+        }
+
+        /// Runs first on the new worker: it is out of the thread start.
+        pub(super) fn started(&self, index: usize) {
+            lock(&self.record).started.push(index);
+            self.changed.notify_all();
         }
 
         /// Runs on the new worker: pin, hook, record the tid.
@@ -512,20 +561,62 @@ mod startup {
         }
 
         /// Waits for `workers` registrations; their tids in worker order.
-        pub(super) fn wait_all(&self, workers: usize) -> io::Result<Vec<i32>> {
+        /// A worker that has not started within [`START_LIMIT`] fails the
+        /// build; a start hook may take as long as it likes.
+        pub(super) fn wait_all(&self, workers: usize) -> Result<Vec<i32>, Failed> {
+            let deadline = Instant::now() + START_LIMIT;
             let mut record = lock(&self.record);
             while record.tids.len() < workers {
-                record = match self.changed.wait(record) {
-                    Ok(guard) => guard,
-                    Err(poisoned) => poisoned.into_inner(),
+                let left = deadline.saturating_duration_since(Instant::now());
+                if record.started.len() < workers && left.is_zero() {
+                    let never_started: Vec<usize> = (0..workers)
+                        .filter(|index| !record.started.contains(index))
+                        .collect();
+                    return Err(Failed {
+                        error: not_started(&never_started, workers),
+                        never_started,
+                    });
+                }
+                record = if record.started.len() < workers {
+                    match self.changed.wait_timeout(record, left) {
+                        Ok((guard, _)) => guard,
+                        Err(poisoned) => poisoned.into_inner().0,
+                    }
+                } else {
+                    match self.changed.wait(record) {
+                        Ok(guard) => guard,
+                        Err(poisoned) => poisoned.into_inner(),
+                    }
                 };
             }
             if !record.errors.is_empty() {
-                return Err(io::Error::other(record.errors.join("; ")));
+                return Err(Failed {
+                    error: io::Error::other(record.errors.join("; ")),
+                    never_started: Vec::new(),
+                });
             }
             record.tids.sort_unstable();
             Ok(record.tids.iter().map(|&(_, tid)| tid).collect())
         }
+    }
+
+    fn not_started(never_started: &[usize], workers: usize) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "{} of {workers} worker threads did not start within {START_LIMIT:?}: stuck \
+                 inside the thread library's start-up{}. The known cause is a process forked \
+                 from a multi-threaded parent while another parent thread held a lock thread \
+                 start-up takes (pool-core holds its own threads' starts back across a fork, \
+                 not other threads'): build pools before forking, or exec",
+                never_started.len(),
+                if crate::fork::generation() > 0 {
+                    " (this process is a forked child)"
+                } else {
+                    ""
+                }
+            ),
+        )
     }
 
     /// The kernel thread id (Linux, Android: what `/proc`, `sched_*` and
@@ -596,8 +687,16 @@ mod startup {
             }
         }
 
-        pub(super) fn wait_all(&self, _workers: usize) -> io::Result<Vec<i32>> {
+        pub(super) fn started(&self, _index: usize) {}
+
+        pub(super) fn wait_all(&self, _workers: usize) -> Result<Vec<i32>, Failed> {
             Ok(Vec::new())
         }
+    }
+
+    /// Never built under loom: the start is not modelled.
+    pub(super) struct Failed {
+        pub(super) error: io::Error,
+        pub(super) never_started: Vec<usize>,
     }
 }

@@ -258,6 +258,9 @@ impl Drop for Pool {
             std::mem::forget(std::mem::take(&mut self.handles));
             return;
         }
+        // From here until the joins return the workers are exiting, which
+        // a fork must not split (`fork.rs`).
+        let _exiting = crate::fork::ThreadTransition::begin();
         // Release: pairs with the workers' Acquire loads of `shutdown`.
         self.shared.settings.shutdown.store(true, Ordering::Release);
         // Pairs with a parking worker's fence: it either sees `shutdown`, or

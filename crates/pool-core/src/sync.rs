@@ -70,6 +70,7 @@ pub(crate) mod process {
     pub(crate) use std::cell::UnsafeCell as UnsafeSliceCell;
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::sync::{Arc, TryLockError};
+    pub(crate) use std::thread::yield_now;
     #[cfg_attr(loom, allow(unused_imports))]
     pub(crate) use std::thread_local;
 }

@@ -8,6 +8,16 @@ use std::time::{Duration, Instant};
 use pool_core::Pool;
 use testkit::watched;
 
+/// The tests fork beside threads of their own (builders, plain spawners):
+/// they take turns, so that one test's threads are not in another's
+/// children (a plain spawner's held start-up lock would fail a child's
+/// build that the other test expects to succeed).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Runs `child` in a forked child process and returns its exit code; a
 /// child that has not exited within `limit` is killed and reported.
 fn in_forked_child(limit: Duration, child: impl FnOnce() -> i32) -> i32 {
@@ -42,6 +52,7 @@ fn in_forked_child(limit: Duration, child: impl FnOnce() -> i32) -> i32 {
 #[test]
 fn a_forked_child_runs_jobs_on_the_calling_thread_and_drops_the_pool_cleanly() {
     watched("fork_child", |_| {
+        let _turn = one_at_a_time();
         let mut parent_pool = Some(Pool::with_spin(2, 1000));
         // The process-wide pool too, used before the fork.
         pool_core::global().run(|_, _| {});
@@ -137,6 +148,7 @@ fn wait_for(pid: libc::pid_t, limit: Duration, what: &str) -> Ended {
 #[test]
 fn children_forked_while_other_threads_build_and_drop_pools_never_hang() {
     watched("fork_beside_builders", |stage| {
+        let _turn = one_at_a_time();
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
             // Threads that keep taking the process-wide locks: the tid
@@ -145,7 +157,7 @@ fn children_forked_while_other_threads_build_and_drop_pools_never_hang() {
             for _ in 0..2 {
                 scope.spawn(|| {
                     while !stop.load(Ordering::Relaxed) {
-                        let pool = Pool::new(1);
+                        let pool = Pool::new(3);
                         pool.run(|_, _| {});
                         let _ = pool_core::all_worker_tids();
                         let _ = pool_core::init_global(Pool::builder().workers(0));
@@ -153,7 +165,7 @@ fn children_forked_while_other_threads_build_and_drop_pools_never_hang() {
                     }
                 });
             }
-            for round in 0..40 {
+            for round in 0..300 {
                 stage.set(format!("fork {round}"));
                 let code = in_forked_child(Duration::from_secs(20), || {
                     let pool = Pool::new(1);
@@ -168,7 +180,7 @@ fn children_forked_while_other_threads_build_and_drop_pools_never_hang() {
                     i32::from(entries.load(Ordering::Relaxed) == 0 || listed.len() > 1)
                 });
                 assert_eq!(code, 0, "round {round}: the child's pools misbehaved");
-                std::thread::sleep(Duration::from_millis(3));
+                std::thread::sleep(Duration::from_micros(300));
             }
             stop.store(true, Ordering::Relaxed);
         });
@@ -176,8 +188,68 @@ fn children_forked_while_other_threads_build_and_drop_pools_never_hang() {
 }
 
 #[test]
+fn a_child_forked_while_other_threads_start_threads_fails_to_build_instead_of_hanging() {
+    // Threads the pool does not know: their starts and exits take the
+    // standard library's thread-start lock ungated, so a child forked at
+    // that moment can never start a thread. Its pool build must fail,
+    // saying why, within the start limit: never hang.
+    watched("fork_beside_plain_threads", |stage| {
+        let _turn = one_at_a_time();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (mut built, mut refused, mut other) = (0, 0, None);
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::spawn(|| {}).join().unwrap();
+                    }
+                });
+            }
+            let deadline = Instant::now() + Duration::from_secs(40);
+            let mut round = 0;
+            while refused == 0 && round < 2000 && Instant::now() < deadline {
+                stage.set(format!("fork {round}"));
+                let code = in_forked_child(Duration::from_secs(30), || {
+                    match Pool::builder().workers(1).build() {
+                        Ok(pool) => {
+                            pool.run(|_, _| {});
+                            0
+                        }
+                        Err(err)
+                            if err.kind() == std::io::ErrorKind::TimedOut
+                                && err.to_string().contains("forked from a multi-threaded") =>
+                        {
+                            3
+                        }
+                        Err(err) => {
+                            eprintln!("the child's build failed: {err}");
+                            1
+                        }
+                    }
+                });
+                match code {
+                    0 => built += 1,
+                    3 => refused += 1,
+                    _ => {
+                        other = Some(round);
+                        break;
+                    }
+                }
+                round += 1;
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        assert_eq!(other, None, "a child's build failed for another reason");
+        if refused == 0 {
+            eprintln!("no child of {built} caught the lock held: the refusal was not exercised");
+        }
+    });
+}
+
+#[test]
 fn fork_inside_the_callers_share_panics_in_the_child_instead_of_hanging() {
     watched("fork_in_caller_share", |_| {
+        let _turn = one_at_a_time();
         // A fixed budget: the worker is invited whatever the load.
         let pool = Pool::with_spin(1, 1000);
         let child = AtomicUsize::new(0);
@@ -223,6 +295,7 @@ fn fork_inside_the_callers_share_panics_in_the_child_instead_of_hanging() {
 #[test]
 fn fork_inside_a_workers_share_ends_the_child_instead_of_leaving_it_waiting() {
     watched("fork_in_worker_share", |_| {
+        let _turn = one_at_a_time();
         let pool = Pool::with_spin(1, 1000);
         let child = std::sync::atomic::AtomicI32::new(0);
         pool.run(|idx, n| {
@@ -251,6 +324,7 @@ fn fork_inside_a_workers_share_ends_the_child_instead_of_leaving_it_waiting() {
 #[test]
 fn a_child_forked_during_another_threads_inline_job_uses_its_own_pools_workers() {
     watched("fork_during_inline_job", |_| {
+        let _turn = one_at_a_time();
         // As many callers inside long inline jobs as the process has CPUs:
         // with their busy stamps left in the child, the child's adaptive
         // pools would count them as callers filling the CPUs and run every
