@@ -30,6 +30,11 @@ if [[ ! -f $WINEPREFIX/system.reg ]]; then
     "$wine" wineboot --init >/dev/null 2>&1 || true
     "$wine" wineserver -w 2>/dev/null || /usr/lib/wine/wineserver -w || true
 fi
+# One wineserver for the whole stage: by default it exits a few seconds
+# after its last client, and a test binary starting just then found it
+# gone ("wine client error:0: recvmsg: Connection reset by peer").
+/usr/lib/wine/wineserver -p
+trap '/usr/lib/wine/wineserver -k 2>/dev/null || true' EXIT
 x86_64-w64-mingw32-gcc -shared -O2 -o "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll" \
     scripts/wine/bcryptprimitives.c -ladvapi32
 
