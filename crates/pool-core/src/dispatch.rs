@@ -521,7 +521,7 @@ impl Shared {
         let adaptive = self.settings.linger_ns.load(process::Ordering::Relaxed) != 0;
         let invited = match invitation {
             Invitation::Fitted if adaptive => self.fit_to_free_cpus(invited, now, inside_any),
-            Invitation::Optional if adaptive => self.fit_to_own_callers(invited, now, inside_any),
+            Invitation::Optional if adaptive => self.fit_optional(invited, now, inside_any),
             _ => invited,
         };
         if invited == 0 && asked > 0 && !inside_this {

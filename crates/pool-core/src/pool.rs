@@ -155,8 +155,11 @@ impl Pool {
     /// busy machine a worker that the scheduler keeps waiting costs the
     /// job nothing (the caller does the rest), where `run_limited` would
     /// wait for it. Each `idx` runs at most once; the caller's always.
-    /// Other processes' load does not shrink the invitation (the adaptive
-    /// policy's CPU cap and this process's own callers still do).
+    /// Under the adaptive policy, when other processes leave no CPU for a
+    /// worker, only workers still awake are invited (a parked one woken
+    /// then lands beside the caller and takes its time: see
+    /// "Withdrawable invitations" in docs/design.md); the CPU cap and this
+    /// process's own callers shrink the invitation too.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};
