@@ -132,28 +132,31 @@ impl Shared {
 
     /// Foreign-load detection: a barrier wait far longer than the caller's
     /// own share (and than a wake-up) means participants are not being
-    /// scheduled; spinners then back off. Written only on a change.
+    /// scheduled; spinners then back off.
     #[inline]
     pub(crate) fn note_contention(&self, waited_ticks: u64, waited_ns: u64, share_ticks: u64) {
         /// Longer than a futex wake-up: below this a wait is never foreign load.
         const CONTENDED_WAIT_NS: u64 = 200_000;
-        let contended =
-            waited_ns > CONTENDED_WAIT_NS && waited_ticks > share_ticks.saturating_mul(8);
-        let flag = &self.settings.contended;
-        if flag.load(process::Ordering::Relaxed) != contended {
-            flag.store(contended, process::Ordering::Relaxed);
-        }
+        self.set_contended(
+            waited_ns > CONTENDED_WAIT_NS && waited_ticks > share_ticks.saturating_mul(8),
+        );
     }
 
     /// A wait too short to read a clock is never foreign load: it clears
     /// the mark a long wait left (else balanced jobs, whose joins are all
-    /// short, would keep spinners backing off forever). A load and, only
-    /// on a change, a store.
+    /// short, would keep spinners backing off forever).
     #[inline]
     pub(crate) fn note_short_wait(&self) {
+        self.set_contended(false);
+    }
+
+    /// The foreign-load mark, written only on a change (a load otherwise:
+    /// the line stays shared with the spinners that read it).
+    #[inline]
+    fn set_contended(&self, contended: bool) {
         let flag = &self.settings.contended;
-        if flag.load(process::Ordering::Relaxed) {
-            flag.store(false, process::Ordering::Relaxed);
+        if flag.load(process::Ordering::Relaxed) != contended {
+            flag.store(contended, process::Ordering::Relaxed);
         }
     }
 
