@@ -39,7 +39,7 @@ x86_64-w64-mingw32-gcc -shared -O2 -o "$WINEPREFIX/drive_c/windows/system32/bcry
     scripts/wine/bcryptprimitives.c -ladvapi32
 
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc
-export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=$wine
+export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$PWD/scripts/wine/run.sh"
 export CARGO_TARGET_DIR=target/windows
 cargo test --target "$target" -p pool-topo -p pool-core
 cargo test --target "$target" -p pool-matvec --lib \
