@@ -1,10 +1,11 @@
-//! The row layer (`pool_matvec::RowsInto` over the pool): the cursor that
-//! hands out row ranges and `DisjointRows`, which turns each range into a
-//! `&mut` through `unsafe`. In every interleaving each row is run exactly
-//! once, and no two participants hold the same row at once: under loom
-//! `DisjointRows` touches a loom cell per row it hands out, so loom itself
-//! reports two unordered holders. The seeded cursor (`rows_seeded.rs`)
-//! must be caught.
+//! The row layer (`pool_matvec::RowsInto` over the pool): the home ranges
+//! that hand out row ranges (each participant claims its own from the
+//! front, a thief takes another's from the back) and `DisjointRows`, which
+//! turns each range into a `&mut` through `unsafe`. In every interleaving
+//! each row is run exactly once, and no two participants hold the same row
+//! at once: under loom `DisjointRows` touches a loom cell per row it hands
+//! out, so loom itself reports two unordered holders. The seeded claim
+//! (`rows_seeded.rs`) must be caught.
 #![cfg(loom)]
 
 use loom_tests::model;
@@ -32,6 +33,23 @@ fn every_row_runs_once_and_no_two_participants_hold_the_same_row() {
 }
 
 #[test]
+fn every_row_runs_once_when_a_thief_takes_the_back_half_of_a_range() {
+    model(|| {
+        // Homes 0..2 (the worker's) and 2..5 (the caller's), claims of
+        // one row: a caller done first takes half of the worker's rows
+        // while the worker may be claiming the front.
+        let pool = Pool::with_spin(1, 0);
+        let mut out = [0u8; 5];
+        pool.run_rows_into(&mut out, |_, rows| {
+            for row in rows {
+                *row += 1;
+            }
+        });
+        assert_eq!(out, [1; 5], "a row ran other than once");
+    });
+}
+
+#[test]
 fn rows_of_two_jobs_in_a_row_each_run_once() {
     model(|| {
         let pool = Pool::with_spin(1, 0);
@@ -43,5 +61,27 @@ fn rows_of_two_jobs_in_a_row_each_run_once() {
             }
         });
         assert_eq!(out, [1, 2]);
+    });
+}
+
+#[test]
+fn every_row_runs_once_through_the_shared_cursor() {
+    model(|| {
+        // The cursor the `Broadcast` executors and the phased decode pull
+        // from (the pool's row jobs use home ranges).
+        let pool = Pool::with_spin(1, 0);
+        let rows: [std::sync::atomic::AtomicU8; 3] = Default::default();
+        pool_matvec::__loom::cursor_rows(&pool, 3, &|start, end| {
+            for row in &rows[start..end] {
+                row.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        for row in &rows {
+            assert_eq!(
+                row.load(std::sync::atomic::Ordering::Relaxed),
+                1,
+                "a row ran other than once"
+            );
+        }
     });
 }

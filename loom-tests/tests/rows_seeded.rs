@@ -1,7 +1,8 @@
 //! The row layer's seeded bug, in a binary of its own (it is switched on
-//! for the whole process): a cursor that claims a range with a load and a
-//! store, so two participants can take the same rows. loom must find the
-//! interleaving where both hold them.
+//! for the whole process): rows claimed with a load and a store, by the
+//! owner of a home range (which a thief's steal can overlap) or from the
+//! shared cursor, so two participants can take the same rows. loom must
+//! find the interleaving where both hold them.
 #![cfg(loom)]
 
 use loom_tests::model;
@@ -10,8 +11,8 @@ use pool_matvec::RowsInto;
 
 #[test]
 #[should_panic(expected = "Causality violation")]
-fn a_cursor_that_hands_out_a_range_twice_is_caught() {
-    pool_matvec::__loom::seed_cursor_bug();
+fn a_claim_that_hands_out_a_range_twice_is_caught() {
+    pool_matvec::__loom::seed_claim_bug();
     model(|| {
         let pool = Pool::with_spin(1, 0);
         let mut out = [0u8; 3];
@@ -20,5 +21,27 @@ fn a_cursor_that_hands_out_a_range_twice_is_caught() {
                 *row += 1;
             }
         });
+    });
+}
+
+#[test]
+#[should_panic(expected = "a row ran other than once")]
+fn a_cursor_that_hands_out_a_range_twice_is_caught() {
+    pool_matvec::__loom::seed_claim_bug();
+    model(|| {
+        let pool = Pool::with_spin(1, 0);
+        let rows: [std::sync::atomic::AtomicU8; 3] = Default::default();
+        pool_matvec::__loom::cursor_rows(&pool, 3, &|start, end| {
+            for row in &rows[start..end] {
+                row.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        for row in &rows {
+            assert_eq!(
+                row.load(std::sync::atomic::Ordering::Relaxed),
+                1,
+                "a row ran other than once"
+            );
+        }
     });
 }

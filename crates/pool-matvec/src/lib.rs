@@ -35,6 +35,7 @@ mod each;
 mod exact;
 mod executor;
 mod fast;
+mod home_ranges;
 mod k_quants;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
@@ -86,10 +87,20 @@ pub use weights::{PreparedInput, WeightType, Weights, WeightsError};
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod __loom {
-    /// Reinstates the seeded cursor bug for the rest of the process: a
-    /// range claimed by a load and a store, which two participants can
-    /// both claim. The model's test binary holds that model alone.
-    pub fn seed_cursor_bug() {
-        crate::sync::CURSOR_BY_LOAD_AND_STORE.store(true, std::sync::atomic::Ordering::Relaxed);
+    /// Reinstates the seeded claim bug for the rest of the process: rows
+    /// claimed by a load and a store (the home ranges' owner claim and
+    /// the shared cursor's), which two participants can both make. The
+    /// model's test binary holds those models alone.
+    pub fn seed_claim_bug() {
+        crate::sync::CLAIM_BY_LOAD_AND_STORE.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A row job through the shared cursor (`pull_chunks`), as
+    /// [`crate::Broadcast`] executors and the phased decode run theirs, on
+    /// `pool`'s workers: the pool's own row jobs use home ranges.
+    pub fn cursor_rows(pool: &pool_core::Pool, rows: usize, f: &crate::RowFn<'_>) {
+        let cursor = crate::sync::AtomicUsize::new(0);
+        let n = pool.n_workers() + 1;
+        pool.run(|_, _| crate::rows::pull_chunks(&cursor, rows, n, f));
     }
 }

@@ -1,11 +1,17 @@
-//! Row parallelism: one dispatch, a shared cursor, grains pulled on demand.
+//! Row parallelism: one dispatch, each participant on rows of its own.
 //!
-//! Participants pull chunks from one atomic cursor, so fast cores take
-//! more of them: guided chunks, a share of the rows left (see
-//! `guided_chunk`), down to a quarter of [`grain_for`], so the skew between
-//! participants at the end collapses to one small chunk. Rows are never
-//! split. A job of `c` chunks invites only
-//! `min(c - 1, n_workers)` workers: the caller takes a chunk too.
+//! On the pool, each participant of a row job starts on its home range, a
+//! contiguous share of the rows, and claims it front to back; one that
+//! runs out takes the back half of what another has left
+//! (`home_ranges.rs`). Each participant then reads one memory stream per
+//! job, plus one per steal, and fast cores still take more rows. Claims
+//! shrink to a quarter of [`grain_for`], so the participants finish within
+//! a small claim of each other. Rows are never split. A job of `c` grains
+//! invites only `min(c - 1, n_workers)` workers: the caller takes a share
+//! too.
+//!
+//! [`Broadcast`] executors (which do not number their participants) and
+//! the phased decode pull guided chunks from one shared cursor instead.
 
 use crate::sync::{AtomicUsize, Ordering};
 
@@ -13,6 +19,7 @@ use crossbeam_utils::CachePadded;
 use pool_core::Pool;
 
 use crate::disjoint::DisjointRows;
+use crate::home_ranges::{HomeRanges, MAX_ROWS};
 
 /// The callback of a row job: `f(start, end)` over rows `start..end`
 /// (`dyn Fn(usize, usize) + Sync`).
@@ -254,8 +261,9 @@ unsafe impl RowParallel for Option<&Pool> {
 }
 
 // SAFETY: `pull_rows` hands out ranges of `0..rows` by compare-exchange on
-// its own cursor (each row once), and `run_limited` returns only after
-// every participant finished.
+// its own home ranges or cursor (each row once), and
+// `run_optional_workers` returns only after every participant that started
+// finished.
 unsafe impl RowParallel for Pool {
     fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
         pull_rows(self, rows, f);
@@ -293,7 +301,8 @@ fn for_parts_in(parts: &[(usize, &RowFn<'_>)], start: usize, end: usize) {
     }
 }
 
-/// The shared cursor loop behind `run_rows` and `run_many`.
+/// The pool's row job behind `run_rows` and `run_many`: home ranges (the
+/// shared cursor past [`MAX_ROWS`] rows).
 fn pull_rows(pool: &Pool, rows: usize, f: &RowFn<'_>) {
     if rows == 0 {
         return;
@@ -305,10 +314,16 @@ fn pull_rows(pool: &Pool, rows: usize, f: &RowFn<'_>) {
         f(0, rows);
         return;
     }
-    let cursor = CachePadded::new(AtomicUsize::new(0));
-    // Whoever runs pulls grains: a worker that has not started when the
-    // caller has pulled the last one is withdrawn, not waited for.
-    pool.run_optional_workers(invited, |_, n| pull_chunks(&cursor, rows, n, f));
+    // Whoever runs does the work: a worker that has not started when the
+    // caller has claimed the last rows is withdrawn, not waited for, and
+    // its home range was the caller's to steal.
+    if rows <= MAX_ROWS {
+        let ranges = HomeRanges::new(rows, invited + 1, (grain / 4).max(1));
+        pool.run_optional_workers(invited, |me, _| ranges.run(me, f));
+    } else {
+        let cursor = CachePadded::new(AtomicUsize::new(0));
+        pool.run_optional_workers(invited, |_, n| pull_chunks(&cursor, rows, n, f));
+    }
 }
 
 /// One participant's side of a row job: claims chunks of `0..rows` from
@@ -327,7 +342,7 @@ pub(crate) fn pull_chunks(
     let mut start = cursor.load(Ordering::Relaxed);
     while start < rows {
         let end = start + guided_chunk(rows - start, participants, floor);
-        if crate::sync::cursor_bug() {
+        if crate::sync::claim_bug() {
             // Seeded (loom builds only): a claim another participant can
             // make between the load and this store.
             cursor.store(end, Ordering::Relaxed);

@@ -1,26 +1,27 @@
 //! The atomics the row layer hands rows out with, behind a facade: under
 //! `--cfg loom` they are loom's, so the models in `loom-tests/tests/rows.rs`
-//! check the shipped cursor and `DisjointRows`, not a copy.
+//! check the shipped home ranges, cursor and `DisjointRows`, not a copy.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// The seeded bug of the row layer's loom model: the cursor claims a
-/// range with a load and a store instead of a compare-exchange, so two
-/// participants can take the same rows. Only in `--cfg loom` builds, set
-/// for the whole process by the model's own test binary.
+/// The seeded bug of the row layer's loom models: rows claimed with a load
+/// and a store instead of a compare-exchange (by a home range's owner, or
+/// from the shared cursor), so two participants can take the same rows.
+/// Only in `--cfg loom` builds, set for the whole process by the models'
+/// own test binary.
 #[cfg(loom)]
-pub(crate) static CURSOR_BY_LOAD_AND_STORE: std::sync::atomic::AtomicBool =
+pub(crate) static CLAIM_BY_LOAD_AND_STORE: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// Whether the seeded cursor bug is on (always false outside loom builds).
+/// Whether the seeded claim bug is on (always false outside loom builds).
 #[inline(always)]
-pub(crate) fn cursor_bug() -> bool {
+pub(crate) fn claim_bug() -> bool {
     #[cfg(loom)]
     {
-        CURSOR_BY_LOAD_AND_STORE.load(std::sync::atomic::Ordering::Relaxed)
+        CLAIM_BY_LOAD_AND_STORE.load(std::sync::atomic::Ordering::Relaxed)
     }
     #[cfg(not(loom))]
     {
