@@ -43,6 +43,8 @@ mod map_reduce;
 pub mod prelude;
 mod q4_0;
 mod q8_0;
+#[cfg(target_arch = "x86_64")]
+mod quantize_avx512;
 mod random;
 mod rows;
 mod serial;

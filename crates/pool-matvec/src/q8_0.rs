@@ -50,20 +50,40 @@ pub fn quantize_q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
         "quantize_q8_0: {} values is not a multiple of the block size {QK8_0}",
         x.len()
     );
-    x.chunks_exact(QK8_0)
-        .map(|values| {
-            let d = abs_max(values) / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let mut qs = [0i8; QK8_0];
-            for (q, v) in qs.iter_mut().zip(values) {
-                *q = round_half_away(v * id) as i8;
-            }
-            BlockQ8_0 {
-                d: f16::from_f32(d),
-                qs,
-            }
-        })
-        .collect()
+    #[cfg(target_arch = "x86_64")]
+    if crate::tier::simd_tier() == SimdTier::Avx512 {
+        // SAFETY: the AVX-512 tier has F and BW.
+        return unsafe { crate::quantize_avx512::quantize_q8_0(x) };
+    }
+    quantize_widest(x)
+}
+
+crate::tier::widest_tier! {
+    fn quantize_widest(x: &[f32]) -> Vec<BlockQ8_0> = quantize_q8_0_loops;
+}
+
+/// The quantizer as plain loops, the reference the AVX-512 path equals bit
+/// for bit. No iterator adapters: an adapter's `fold` is a function of its
+/// own, compiled for the baseline tier, not inlined into `widest_tier!`'s
+/// wider copies.
+#[inline(always)]
+pub(crate) fn quantize_q8_0_loops(x: &[f32]) -> Vec<BlockQ8_0> {
+    let mut blocks = vec![
+        BlockQ8_0 {
+            d: f16::ZERO,
+            qs: [0; QK8_0]
+        };
+        x.len() / QK8_0
+    ];
+    for (block, values) in blocks.iter_mut().zip(x.chunks_exact(QK8_0)) {
+        let d = abs_max(values) / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        for (q, v) in block.qs.iter_mut().zip(values) {
+            *q = round_half_away(v * id) as i8;
+        }
+        block.d = f16::from_f32(d);
+    }
+    blocks
 }
 
 /// `v.round()` (half away from zero), bit for bit, without the C
@@ -265,36 +285,13 @@ impl ActivationExtras {
     /// What every kernel reads: scales, sums, whether -128 occurs. No
     /// `quads` (only Q4_0's kernels read them: [`ActivationExtras::for_q4_0`]).
     pub(crate) fn of(q: &[BlockQ8_0]) -> ActivationExtras {
-        ActivationExtras {
-            d: q.iter().map(|b| b.d.to_f32()).collect(),
-            sum: q
-                .iter()
-                .map(|b| b.qs.iter().map(|&v| i32::from(v)).sum())
-                .collect(),
-            quads: Vec::new(),
-            has_min: q.iter().any(|b| b.qs.contains(&i8::MIN)),
-        }
+        extras_of(q)
     }
 
     /// [`ActivationExtras::of`] plus the `quads` the x86 Q4_0 kernels
     /// read (elsewhere none: no work).
     pub(crate) fn for_q4_0(q: &[BlockQ8_0]) -> ActivationExtras {
-        let mut extras = ActivationExtras::of(q);
-        if cfg!(target_arch = "x86_64") {
-            extras.quads = q
-                .chunks_exact(4)
-                .map(|four| {
-                    let mut quad = [0i8; 128];
-                    // Sixteen bytes at a time: half `h` of block `b`.
-                    for (j, part) in quad.chunks_exact_mut(16).enumerate() {
-                        let (h, b) = (j / 4, j % 4);
-                        part.copy_from_slice(&four[b].qs[16 * h..][..16]);
-                    }
-                    quad
-                })
-                .collect();
-        }
-        extras
+        extras_for_q4_0(q)
     }
 
     /// The activation of `q`, which these extras were computed from.
@@ -308,6 +305,52 @@ impl ActivationExtras {
             has_min: self.has_min,
         }
     }
+}
+
+crate::tier::widest_tier! {
+    fn extras_of(q: &[BlockQ8_0]) -> ActivationExtras = extras_of_body;
+}
+
+crate::tier::widest_tier! {
+    fn extras_for_q4_0(q: &[BlockQ8_0]) -> ActivationExtras = extras_for_q4_0_body;
+}
+
+#[inline(always)]
+fn extras_of_body(q: &[BlockQ8_0]) -> ActivationExtras {
+    // Plain loops, as in `quantize_blocks_body`.
+    let (mut d, mut sum) = (vec![0.0f32; q.len()], vec![0i32; q.len()]);
+    let mut has_min = false;
+    for ((block, d), sum) in q.iter().zip(&mut d).zip(&mut sum) {
+        *d = block.d.to_f32();
+        let mut s = 0i32;
+        for &v in &block.qs {
+            s += i32::from(v);
+            has_min |= v == i8::MIN;
+        }
+        *sum = s;
+    }
+    ActivationExtras {
+        d,
+        sum,
+        quads: Vec::new(),
+        has_min,
+    }
+}
+
+#[inline(always)]
+fn extras_for_q4_0_body(q: &[BlockQ8_0]) -> ActivationExtras {
+    let mut extras = extras_of_body(q);
+    if cfg!(target_arch = "x86_64") {
+        extras.quads = vec![[0i8; 128]; q.len() / 4];
+        for (quad, four) in extras.quads.iter_mut().zip(q.chunks_exact(4)) {
+            // Sixteen bytes at a time: half `h` of block `b`.
+            for (j, part) in quad.chunks_exact_mut(16).enumerate() {
+                let (h, b) = (j / 4, j % 4);
+                part.copy_from_slice(&four[b].qs[16 * h..][..16]);
+            }
+        }
+    }
+    extras
 }
 
 /// One row's dot product, scalar path: the reference every SIMD path

@@ -223,6 +223,43 @@ fn tier_from(requested: Option<&str>, detected: SimdTier) -> SimdTier {
     }
 }
 
+/// Defines `fn $name($args) -> $ret` that runs `$body($args)` compiled for
+/// the widest x86 tier [`simd_tier`] allows (AVX-512 or AVX2), else as
+/// written. The same Rust code with wider registers: the compiler
+/// vectorizes it without changing one floating-point result (no fast-math,
+/// no contraction into FMA), so every tier gives the same bits. For loops
+/// written to vectorize that a baseline x86-64 build would run on SSE2:
+/// the activation quantizers' AVX2 path and the activation's per-block
+/// sums, once per input vector on the caller while the workers wait.
+macro_rules! widest_tier {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty = $body:path;) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")]
+                fn avx512($($arg: $ty),*) -> $ret {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma,f16c")]
+                fn avx2($($arg: $ty),*) -> $ret {
+                    $body($($arg),*)
+                }
+                match $crate::tier::simd_tier() {
+                    // SAFETY: `simd_tier` returns a tier only when the CPU
+                    // has its features (`SimdTier::is_available`).
+                    $crate::tier::SimdTier::Avx512 => return unsafe { avx512($($arg),*) },
+                    // SAFETY: as above.
+                    $crate::tier::SimdTier::Avx2 => return unsafe { avx2($($arg),*) },
+                    _ => {}
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+pub(crate) use widest_tier;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -168,21 +168,46 @@ fn check_super_blocks(what: &str, len: usize) {
 /// If `x.len()` is not a multiple of 256.
 pub fn quantize_q8_k(x: &[f32]) -> Vec<BlockQ8K> {
     check_super_blocks("quantize_q8_k", x.len());
-    x.chunks_exact(QK_K)
-        .map(|values| {
-            let d = crate::q8_0::abs_max(values) / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let mut qs = [0i8; QK_K];
-            for (q, v) in qs.iter_mut().zip(values) {
-                *q = crate::q8_0::round_half_away(v * id).clamp(-127.0, 127.0) as i8;
+    #[cfg(target_arch = "x86_64")]
+    if crate::tier::simd_tier() == SimdTier::Avx512 {
+        // SAFETY: the AVX-512 tier has F and BW.
+        return unsafe { crate::quantize_avx512::quantize_q8_k(x) };
+    }
+    quantize_q8_k_widest(x)
+}
+
+crate::tier::widest_tier! {
+    fn quantize_q8_k_widest(x: &[f32]) -> Vec<BlockQ8K> = quantize_q8_k_loops;
+}
+
+/// The quantizer as plain loops, as Q8_0's `quantize_q8_0_loops`: the
+/// reference of the AVX-512 path.
+#[inline(always)]
+pub(crate) fn quantize_q8_k_loops(x: &[f32]) -> Vec<BlockQ8K> {
+    let mut blocks = vec![
+        BlockQ8K {
+            d: 0.0,
+            qs: [0; QK_K],
+            bsums: [0; QK_K / 16]
+        };
+        x.len() / QK_K
+    ];
+    for (block, values) in blocks.iter_mut().zip(x.chunks_exact(QK_K)) {
+        let d = crate::q8_0::abs_max(values) / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        for (q, v) in block.qs.iter_mut().zip(values) {
+            *q = crate::q8_0::round_half_away(v * id).clamp(-127.0, 127.0) as i8;
+        }
+        for (sum, group) in block.bsums.iter_mut().zip(block.qs.chunks_exact(16)) {
+            let mut s = 0i16;
+            for &q in group {
+                s += i16::from(q);
             }
-            let mut bsums = [0i16; QK_K / 16];
-            for (sum, group) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
-                *sum = group.iter().map(|&q| i16::from(q)).sum();
-            }
-            BlockQ8K { d, qs, bsums }
-        })
-        .collect()
+            *sum = s;
+        }
+        block.d = d;
+    }
+    blocks
 }
 
 /// Quantizes `x` to Q4_K (a straightforward quantizer: each sub-block's
