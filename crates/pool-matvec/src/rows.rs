@@ -319,7 +319,15 @@ fn pull_rows(pool: &Pool, rows: usize, f: &RowFn<'_>) {
     // its home range was the caller's to steal.
     if rows <= MAX_ROWS {
         let ranges = HomeRanges::new(rows, invited + 1, (grain / 4).max(1));
-        pool.run_optional_workers(invited, |me, _| ranges.run(me, f));
+        pool.run_optional_workers(invited, |me, n| {
+            if n == 1 {
+                // Alone (no worker invited: inline, or the adaptive
+                // policy's fit): all of it in one call, as a serial loop.
+                f(0, rows);
+            } else {
+                ranges.run(me, f);
+            }
+        });
     } else {
         let cursor = CachePadded::new(AtomicUsize::new(0));
         pool.run_optional_workers(invited, |_, n| pull_chunks(&cursor, rows, n, f));

@@ -72,6 +72,21 @@ fn a_job_of_c_chunks_invites_at_most_c_minus_one_workers() {
 }
 
 #[test]
+fn a_row_job_that_runs_inline_is_one_call_over_every_row() {
+    watched("inline row job", |_| {
+        // Inside a job of the same pool a row job runs on this thread
+        // alone: one stream, as a serial loop, not the home ranges'
+        // claims and steals.
+        let pool = Pool::with_spin(1, 500);
+        let calls = Mutex::new(Vec::new());
+        pool.run_limited(0, |_, _| {
+            pool.run_rows(768, &|start, end| calls.lock().unwrap().push((start, end)));
+        });
+        assert_eq!(calls.into_inner().unwrap(), [(0, 768)]);
+    });
+}
+
+#[test]
 fn run_many_gives_each_part_its_own_row_indices_exactly_once() {
     watched("run_many", |stage| {
         for workers in [0, 1, 3, 7] {
