@@ -14,6 +14,22 @@ pub fn model(f: impl Fn() + Sync + Send + 'static) {
     builder.check(f);
 }
 
+/// Three rows through the shared row cursor (`pool_matvec`'s
+/// `pull_chunks`, which `Broadcast` executors and the phased decode pull
+/// from) on `pool`: each row must run exactly once.
+pub fn three_rows_through_the_cursor(pool: &pool_core::Pool) {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    let rows: [AtomicU8; 3] = Default::default();
+    pool_matvec::__loom::cursor_rows(pool, 3, &|start, end| {
+        for row in &rows[start..end] {
+            row.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    for row in &rows {
+        assert_eq!(row.load(Ordering::Relaxed), 1, "a row ran other than once");
+    }
+}
+
 /// Runs the ignored model `name` of the calling test binary in a child
 /// process and checks that loom reported a deadlock there. loom aborts the
 /// process after reporting one (destructors touch the torn-down model

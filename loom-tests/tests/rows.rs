@@ -69,19 +69,6 @@ fn every_row_runs_once_through_the_shared_cursor() {
     model(|| {
         // The cursor the `Broadcast` executors and the phased decode pull
         // from (the pool's row jobs use home ranges).
-        let pool = Pool::with_spin(1, 0);
-        let rows: [std::sync::atomic::AtomicU8; 3] = Default::default();
-        pool_matvec::__loom::cursor_rows(&pool, 3, &|start, end| {
-            for row in &rows[start..end] {
-                row.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        });
-        for row in &rows {
-            assert_eq!(
-                row.load(std::sync::atomic::Ordering::Relaxed),
-                1,
-                "a row ran other than once"
-            );
-        }
+        loom_tests::three_rows_through_the_cursor(&Pool::with_spin(1, 0));
     });
 }

@@ -29,19 +29,6 @@ fn a_claim_that_hands_out_a_range_twice_is_caught() {
 fn a_cursor_that_hands_out_a_range_twice_is_caught() {
     pool_matvec::__loom::seed_claim_bug();
     model(|| {
-        let pool = Pool::with_spin(1, 0);
-        let rows: [std::sync::atomic::AtomicU8; 3] = Default::default();
-        pool_matvec::__loom::cursor_rows(&pool, 3, &|start, end| {
-            for row in &rows[start..end] {
-                row.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        });
-        for row in &rows {
-            assert_eq!(
-                row.load(std::sync::atomic::Ordering::Relaxed),
-                1,
-                "a row ran other than once"
-            );
-        }
+        loom_tests::three_rows_through_the_cursor(&Pool::with_spin(1, 0));
     });
 }

@@ -33,6 +33,14 @@ pub struct BlockQ8_0 {
     pub qs: [i8; QK8_0],
 }
 
+impl BlockQ8_0 {
+    /// A block of zeros (scale 0): what output buffers start as.
+    pub(crate) const ZERO: BlockQ8_0 = BlockQ8_0 {
+        d: f16::ZERO,
+        qs: [0; QK8_0],
+    };
+}
+
 /// Quantizes `x` to Q8_0 as llama.cpp's reference does: `d = max|x| / 127`,
 /// `qs = round(x / d)` (half away from zero), `d` stored as f16.
 ///
@@ -68,13 +76,7 @@ crate::tier::widest_tier! {
 /// wider copies.
 #[inline(always)]
 pub(crate) fn quantize_q8_0_loops(x: &[f32]) -> Vec<BlockQ8_0> {
-    let mut blocks = vec![
-        BlockQ8_0 {
-            d: f16::ZERO,
-            qs: [0; QK8_0]
-        };
-        x.len() / QK8_0
-    ];
+    let mut blocks = vec![BlockQ8_0::ZERO; x.len() / QK8_0];
     for (block, values) in blocks.iter_mut().zip(x.chunks_exact(QK8_0)) {
         let d = abs_max(values) / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };

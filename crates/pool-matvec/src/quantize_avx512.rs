@@ -71,13 +71,7 @@ fn scale_of(maxima: __m512) -> (f32, f32) {
 /// AVX-512 F and BW.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(crate) unsafe fn quantize_q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
-    let mut blocks = vec![
-        BlockQ8_0 {
-            d: f16::ZERO,
-            qs: [0; QK8_0]
-        };
-        x.len() / QK8_0
-    ];
+    let mut blocks = vec![BlockQ8_0::ZERO; x.len() / QK8_0];
     for (block, values) in blocks.iter_mut().zip(x.chunks_exact(QK8_0)) {
         // SAFETY: `values` is 32 f32: two unaligned 16-lane loads.
         let (v0, v1) = unsafe {
@@ -105,14 +99,7 @@ pub(crate) unsafe fn quantize_q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
 /// AVX-512 F and BW.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(crate) unsafe fn quantize_q8_k(x: &[f32]) -> Vec<BlockQ8K> {
-    let mut blocks = vec![
-        BlockQ8K {
-            d: 0.0,
-            qs: [0; QK_K],
-            bsums: [0; QK_K / 16]
-        };
-        x.len() / QK_K
-    ];
+    let mut blocks = vec![BlockQ8K::ZERO; x.len() / QK_K];
     for (block, values) in blocks.iter_mut().zip(x.chunks_exact(QK_K)) {
         let mut maxima = _mm512_setzero_ps();
         for sixteen in values.chunks_exact(16) {

@@ -52,6 +52,15 @@ pub struct BlockQ8K {
     pub bsums: [i16; QK_K / 16],
 }
 
+impl BlockQ8K {
+    /// A block of zeros (scale 0): what output buffers start as.
+    pub(crate) const ZERO: BlockQ8K = BlockQ8K {
+        d: 0.0,
+        qs: [0; QK_K],
+        bsums: [0; QK_K / 16],
+    };
+}
+
 /// A Q4_K super-block (144 bytes): eight sub-blocks of 32 weights, each
 /// with a 6-bit scale and a 6-bit min; weight `v` is
 /// `d * sc[v / 32] * q[v] - dmin * m[v / 32]`, `q` a 4-bit value.
@@ -184,14 +193,7 @@ crate::tier::widest_tier! {
 /// reference of the AVX-512 path.
 #[inline(always)]
 pub(crate) fn quantize_q8_k_loops(x: &[f32]) -> Vec<BlockQ8K> {
-    let mut blocks = vec![
-        BlockQ8K {
-            d: 0.0,
-            qs: [0; QK_K],
-            bsums: [0; QK_K / 16]
-        };
-        x.len() / QK_K
-    ];
+    let mut blocks = vec![BlockQ8K::ZERO; x.len() / QK_K];
     for (block, values) in blocks.iter_mut().zip(x.chunks_exact(QK_K)) {
         let d = crate::q8_0::abs_max(values) / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
