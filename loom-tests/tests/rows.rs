@@ -33,11 +33,12 @@ fn every_row_runs_once_and_no_two_participants_hold_the_same_row() {
 }
 
 #[test]
-fn every_row_runs_once_when_a_thief_takes_the_back_half_of_a_range() {
+fn every_row_runs_once_when_a_thief_steals_while_the_owner_claims() {
     model(|| {
         // Homes 0..2 (the worker's) and 2..5 (the caller's), claims of
-        // one row: a caller done first takes half of the worker's rows
-        // while the worker may be claiming the front.
+        // one row: whoever finishes first steals from the other while it
+        // claims its front (a started home by halves from the back, an
+        // untouched one whole).
         let pool = Pool::with_spin(1, 0);
         let mut out = [0u8; 5];
         pool.run_rows_into(&mut out, |_, rows| {
