@@ -34,6 +34,11 @@ fn unpack(v: u64) -> (usize, usize) {
     ((v >> 32) as usize, (v & 0xffff_ffff) as usize)
 }
 
+/// Participant `k`'s home of `rows` over `n`, packed.
+fn home_of(k: usize, rows: usize, n: usize) -> u64 {
+    pack(k * rows / n, (k + 1) * rows / n)
+}
+
 /// The rows of one job, split into one slot per participant: participant
 /// `k` of `n` starts with rows `k * rows / n .. (k + 1) * rows / n`.
 pub(crate) struct HomeRanges {
@@ -56,11 +61,7 @@ impl HomeRanges {
         );
         let n = participants.max(1);
         let home = |k: usize| {
-            let range = if k < n {
-                pack(k * rows / n, (k + 1) * rows / n)
-            } else {
-                0
-            };
+            let range = if k < n { home_of(k, rows, n) } else { 0 };
             CachePadded::new(AtomicU64::new(range))
         };
         HomeRanges {
@@ -74,7 +75,7 @@ impl HomeRanges {
 
     /// Participant `k`'s home range, packed as its slot starts.
     fn home(&self, k: usize) -> u64 {
-        pack(k * self.rows / self.n, (k + 1) * self.rows / self.n)
+        home_of(k, self.rows, self.n)
     }
 
     fn slot(&self, k: usize) -> &AtomicU64 {

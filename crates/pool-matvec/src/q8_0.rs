@@ -319,7 +319,7 @@ crate::tier::widest_tier! {
 
 #[inline(always)]
 fn extras_of_body(q: &[BlockQ8_0]) -> ActivationExtras {
-    // Plain loops, as in `quantize_blocks_body`.
+    // Plain loops, as in `quantize_q8_0_loops`.
     let (mut d, mut sum) = (vec![0.0f32; q.len()], vec![0i32; q.len()]);
     let mut has_min = false;
     for ((block, d), sum) in q.iter().zip(&mut d).zip(&mut sum) {

@@ -318,7 +318,7 @@ fn pull_rows(pool: &Pool, rows: usize, f: &RowFn<'_>) {
     // caller has claimed the last rows is withdrawn, not waited for, and
     // its home range was the caller's to steal.
     if rows <= MAX_ROWS {
-        let ranges = HomeRanges::new(rows, invited + 1, (grain / 4).max(1));
+        let ranges = HomeRanges::new(rows, invited + 1, smallest_claim(grain));
         pool.run_optional_workers(invited, |me, n| {
             if n == 1 {
                 // Alone (no worker invited: inline, or the adaptive
@@ -344,7 +344,7 @@ pub(crate) fn pull_chunks(
     participants: usize,
     mut f: impl FnMut(usize, usize),
 ) {
-    let floor = (grain_for(rows, participants) / 4).max(1);
+    let floor = smallest_claim(grain_for(rows, participants));
     // Relaxed: the CAS hands each range to exactly one participant; the
     // job's barrier orders the rows' writes before anyone reads them.
     let mut start = cursor.load(Ordering::Relaxed);
@@ -366,6 +366,12 @@ pub(crate) fn pull_chunks(
             Err(now) => start = now,
         }
     }
+}
+
+/// The smallest claim a row job makes: a quarter of its grain, so the
+/// participants finish within a small claim of each other.
+fn smallest_claim(grain: usize) -> usize {
+    (grain / 4).max(1)
 }
 
 /// The next chunk when `remaining` rows are left for `participants`:
