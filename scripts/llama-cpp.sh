@@ -37,17 +37,23 @@ build_tools() {
     fi
     local sdist="$out/llama_cpp_python-$version.tar.gz"
     if [ ! -f "$sdist" ]; then
-        # The sdist's address and digest from PyPI's JSON API.
-        read -r url sha < <(curl -sSfL "https://pypi.org/pypi/llama-cpp-python/$version/json" |
+        # The sdist's address and digest from PyPI's simple index (PEP
+        # 503: every file's link carries its sha256; some mirrors and
+        # proxies serve the simple index but not the JSON API).
+        read -r url sha < <(curl -sSfL "https://pypi.org/simple/llama-cpp-python/" |
             python3 -c '
-import json, sys, urllib.parse
-d = json.load(sys.stdin)
-base = "https://pypi.org/pypi/llama-cpp-python/'"$version"'/json"
-for u in d["urls"]:
-    if u["packagetype"] == "sdist":
-        print(urllib.parse.urljoin(base, u["url"]), u["digests"]["sha256"])
+import re, sys
+name = "llama_cpp_python-'"$version"'.tar.gz"
+for href in re.findall(r"href=\"([^\"]+)\"", sys.stdin.read()):
+    path, _, fragment = href.partition("#sha256=")
+    if path.endswith("/" + name) and fragment:
+        print(path, fragment)
         break
-')
+') || true
+        if [ -z "${url:-}" ]; then
+            echo "llama-cpp-python $version: no sdist in PyPI's simple index" >&2
+            exit 1
+        fi
         echo "downloading $url"
         curl -sSfL -o "$sdist.part" "$url"
         echo "$sha  $sdist.part" | sha256sum -c -
