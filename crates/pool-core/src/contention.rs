@@ -130,6 +130,27 @@ impl Shared {
         }
     }
 
+    /// After a withdrawn invitation, with no foreign load: a worker that
+    /// did not take its seat because it is queued behind this caller on
+    /// the caller's own CPU moves off it, as after a yielded wait. Between
+    /// tokens with idle gaps the two take turns on one CPU (the worker
+    /// parks where the caller ran, and its wake-up is placed beside its
+    /// waker) while the other CPU stands idle, and a caller that withdraws
+    /// never waits, so the yielded-wait check never saw it: on 2 CPUs with
+    /// 20 ms between tokens, the worker ran only while the caller slept and
+    /// the caller did every token alone, 0.74-0.89x the serial loop (its
+    /// own CPU time 12-30 % above the loop's), against 1.05-1.22x with the
+    /// two pinned apart. Under foreign load the other CPU is a busy
+    /// process's, and moving the worker there measured worse
+    /// (docs/design.md, "What else was tried beside a busy process").
+    #[cold]
+    pub(crate) fn step_off_after_withdrawal(&self, invited: usize) {
+        if load::foreign_cpus() > 0.5 {
+            return;
+        }
+        self.step_off_shared_cpu(invited);
+    }
+
     /// Foreign-load detection: a barrier wait far longer than the caller's
     /// own share (and than a wake-up) means participants are not being
     /// scheduled; spinners then back off.

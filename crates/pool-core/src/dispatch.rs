@@ -695,6 +695,7 @@ impl Shared {
                     .remaining
                     .fetch_sub(withdrawn, Ordering::Relaxed);
                 counters.withdrawn.add(withdrawn as u64);
+                self.step_off_after_withdrawal(invited);
             }
         }
         // Bookkeeping after the share, where the workers are still busy

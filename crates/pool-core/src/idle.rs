@@ -54,6 +54,9 @@ pub(crate) fn wait_for_ticket(
                 thread::yield_now();
             }
             Step::Park => {
+                // Where it parks is most often where it wakes: for a caller
+                // that withdraws its invitation (`colocation.rs`).
+                slot.counters.cpu.note();
                 state.release_slot();
                 if park(shared, index, seen) {
                     plan.parked();

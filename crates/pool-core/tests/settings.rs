@@ -433,6 +433,102 @@ fn a_caller_that_finds_its_worker_on_its_own_cpu_moves_one_of_them_off_it() {
     });
 }
 
+/// The same setting between tokens with idle gaps: the worker parked on
+/// its caller's CPU and, woken there, waits behind the caller, which
+/// finishes each row job alone and withdraws the invitation. A caller that
+/// withdraws never waits, so the check after a yielded wait never ran: on
+/// 2 CPUs with 1-20 ms between tokens the worker ran only while its
+/// caller slept (0.74-0.98x the serial loop). Built here by pinning both
+/// to one CPU, and widening the worker's CPUs from inside the first job,
+/// once it is woken and queued behind the caller (the kernel leaves a
+/// queued thread where it is when its CPU stays allowed).
+#[test]
+#[cfg(target_os = "linux")]
+fn a_caller_that_withdraws_from_a_worker_queued_on_its_own_cpu_moves_it_off() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    watched("withdrawn beside its caller", |stage| {
+        let _turn = one_at_a_time();
+        let cpus = pool_topo::process_affinity_cpus();
+        if cpus.len() < 2 {
+            eprintln!("needs two usable CPUs: skipping");
+            return;
+        }
+        let first = cpus[0];
+        // The watched body runs on its own thread: pinning it is harmless.
+        pool_topo::pin_current_thread(&[first]).unwrap();
+        let pool = Pool::builder()
+            .workers(1)
+            .on_start(move |_| {
+                let _ = pool_topo::pin_current_thread(&[first]);
+            })
+            .build()
+            .unwrap();
+        // The adaptive linger is 2 ms: the worker parks (noting its CPU).
+        stage.set("waiting for the worker to park");
+        pool.run(|_, _| {});
+        std::thread::sleep(Duration::from_millis(50));
+        let worker = pool.worker_tids()[0];
+        let before = pool.stats();
+        let widened = AtomicBool::new(false);
+        for job in 0..100 {
+            stage.set(format!("row job {job}"));
+            // A row job's invitation: whoever runs pulls the grains.
+            let grains = std::sync::atomic::AtomicUsize::new(0);
+            pool.run_optional_workers(1, |_, _| {
+                if !widened.swap(true, Ordering::Relaxed) {
+                    set_affinity(worker, &cpus);
+                }
+                while grains.fetch_add(1, Ordering::Relaxed) < 16 {
+                    busy(Duration::from_micros(2));
+                }
+            });
+            if pool.stats().caller_moves > before.caller_moves {
+                break;
+            }
+        }
+        let after = pool.stats().since(&before);
+        let foreign = pool_core::foreign_cpus();
+        eprintln!(
+            "{} withdrawn, {} caller moves, foreign load {foreign:.2} CPUs",
+            after.withdrawn, after.caller_moves
+        );
+        if after.withdrawn == 0 {
+            eprintln!("the worker took every seat: setting not reached");
+            return;
+        }
+        if foreign > 0.5 {
+            // The other CPU is another process's then, and the worker stays.
+            eprintln!("other processes kept a CPU busy: the move is not made then");
+            return;
+        }
+        assert!(
+            after.caller_moves >= 1,
+            "{} invitations withdrawn from a worker queued on the caller's CPU, and it was never moved off",
+            after.withdrawn
+        );
+    });
+}
+
+/// Sets thread `tid`'s CPUs.
+#[cfg(target_os = "linux")]
+fn set_affinity(tid: i32, cpus: &[usize]) {
+    // SAFETY: an all-zero `cpu_set_t` is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        // SAFETY: `cpu` is one of this process's CPUs, below the set's size.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // SAFETY: a valid set of the size passed, for a thread of this process.
+    let done =
+        unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    assert_eq!(
+        done,
+        0,
+        "sched_setaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
 /// Two unpinned pools of one worker each, used in turn by one thread on
 /// two CPUs (deployment setting 4), starting with all three threads on
 /// one CPU. Three threads, two CPUs: the only good placement is the caller
