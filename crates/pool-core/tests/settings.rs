@@ -361,6 +361,31 @@ fn a_pool_from_a_plan_pins_its_caller_to_the_cpu_the_plan_kept() {
     });
 }
 
+/// A pool of one worker on its caller's CPU: the calling thread and the
+/// worker pinned to the process's first CPU (the caller runs inside
+/// `watched`, on a thread of its own: pinning it is harmless). Also
+/// returns the process's CPUs, for letting them go; `None` (said) with
+/// fewer than two.
+#[cfg(target_os = "linux")]
+fn pool_beside_its_caller(policy: SpinPolicy) -> Option<(Pool, Vec<usize>)> {
+    let cpus = pool_topo::process_affinity_cpus();
+    if cpus.len() < 2 {
+        eprintln!("needs two usable CPUs: skipping");
+        return None;
+    }
+    let first = cpus[0];
+    pool_topo::pin_current_thread(&[first]).unwrap();
+    let pool = Pool::builder()
+        .workers(1)
+        .spin_policy(policy)
+        .on_start(move |_| {
+            let _ = pool_topo::pin_current_thread(&[first]);
+        })
+        .build()
+        .unwrap();
+    Some((pool, cpus))
+}
+
 /// The setting of `colocation.rs`: an unpinned worker and its caller on one
 /// CPU while the other is idle (built here by pinning both to one CPU and
 /// then letting both go: the kernel leaves them where they are). They
@@ -373,22 +398,9 @@ fn a_caller_that_finds_its_worker_on_its_own_cpu_moves_one_of_them_off_it() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     watched("colocated", |stage| {
         let _turn = one_at_a_time();
-        let cpus = pool_topo::process_affinity_cpus();
-        if cpus.len() < 2 {
-            eprintln!("needs two usable CPUs: skipping");
+        let Some((pool, cpus)) = pool_beside_its_caller(SpinPolicy::Fixed(1_000_000)) else {
             return;
-        }
-        let first = cpus[0];
-        // The watched body runs on its own thread: pinning it is harmless.
-        pool_topo::pin_current_thread(&[first]).unwrap();
-        let pool = Pool::builder()
-            .workers(1)
-            .spin_policy(SpinPolicy::Fixed(1_000_000))
-            .on_start(move |_| {
-                let _ = pool_topo::pin_current_thread(&[first]);
-            })
-            .build()
-            .unwrap();
+        };
         let all = cpus.clone();
         pool.run(|idx, n| {
             if idx + 1 < n {
@@ -448,21 +460,9 @@ fn a_caller_that_withdraws_from_a_worker_queued_on_its_own_cpu_moves_it_off() {
     use std::sync::atomic::{AtomicBool, Ordering};
     watched("withdrawn beside its caller", |stage| {
         let _turn = one_at_a_time();
-        let cpus = pool_topo::process_affinity_cpus();
-        if cpus.len() < 2 {
-            eprintln!("needs two usable CPUs: skipping");
+        let Some((pool, cpus)) = pool_beside_its_caller(SpinPolicy::adaptive()) else {
             return;
-        }
-        let first = cpus[0];
-        // The watched body runs on its own thread: pinning it is harmless.
-        pool_topo::pin_current_thread(&[first]).unwrap();
-        let pool = Pool::builder()
-            .workers(1)
-            .on_start(move |_| {
-                let _ = pool_topo::pin_current_thread(&[first]);
-            })
-            .build()
-            .unwrap();
+        };
         // The adaptive linger is 2 ms: the worker parks (noting its CPU).
         stage.set("waiting for the worker to park");
         pool.run(|_, _| {});
