@@ -593,9 +593,9 @@ impl Scenario {
 /// bursts, as an engine's request threads live across requests. Spawning
 /// them for every burst put thread creation in the timed region: a
 /// starting thread waited for a CPU that the other caller's pool worker
-/// had just taken, which cost the pool 0.77-0.83x two serial loops on
-/// three-token bursts against 0.92-1.11x with the threads kept (rayon,
-/// whose workers wake the same way, 0.85x).
+/// had just taken, which cost the pool 0.77-0.85x two serial loops on
+/// three-token bursts against 0.92-1.14x with the threads kept (medians
+/// of twelve rounds, stories15M Q4_0; docs/benchmarks.md).
 fn two_callers(
     executors: [&Built; 2],
     exec: Exec,
