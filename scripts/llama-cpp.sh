@@ -42,12 +42,13 @@ build_tools() {
         # proxies serve the simple index but not the JSON API).
         read -r url sha < <(curl -sSfL "https://pypi.org/simple/llama-cpp-python/" |
             python3 -c '
-import re, sys
+import re, sys, urllib.parse
+index = "https://pypi.org/simple/llama-cpp-python/"
 name = "llama_cpp_python-'"$version"'.tar.gz"
 for href in re.findall(r"href=\"([^\"]+)\"", sys.stdin.read()):
     path, _, fragment = href.partition("#sha256=")
     if path.endswith("/" + name) and fragment:
-        print(path, fragment)
+        print(urllib.parse.urljoin(index, path), fragment)
         break
 ') || true
         if [ -z "${url:-}" ]; then

@@ -516,7 +516,8 @@ mod avx512 {
                         )
                     };
                     let sumi = _mm256_cvtepi32_ps(unbias(reduce8(sums), xsum));
-                    // SAFETY: `gw` is eight blocks.
+                    // SAFETY: the features, by this function's contract (the
+                    // group's eight blocks are in its type).
                     let d = _mm256_mul_ps(unsafe { $scales(gw) }, dx);
                     acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, d));
                 }
@@ -563,7 +564,8 @@ mod avx512 {
                             _mm256_loadu_ps(gd.as_ptr()),
                         )
                     };
-                    // SAFETY: `g0` and `g1` are eight blocks each.
+                    // SAFETY: the features, by this function's contract (each
+                    // group's eight blocks are in its type).
                     let (dw0, dw1) = unsafe { ($scales(g0), $scales(g1)) };
                     let sumi0 = _mm256_cvtepi32_ps(unbias(reduce8(sums0), xsum));
                     let sumi1 = _mm256_cvtepi32_ps(unbias(reduce8(sums1), xsum));
