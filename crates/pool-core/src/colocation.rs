@@ -18,7 +18,9 @@
 //! this CPU for one call (the kernel migrates it at once: it is queued
 //! behind the caller, not running), then its affinity as it was. Only
 //! when the worker cannot move (pinned to that CPU) does the caller step
-//! off instead; a caller pinned to one CPU cannot, and does not try.
+//! off instead, and not while another caller of this process is busy (the
+//! CPU it would land on is that caller's); a caller pinned to one CPU
+//! cannot, and does not try.
 //!
 //! Moving the worker, not the caller, matters once a process has more
 //! than one pool. Two pools used in turn by one thread on 2 CPUs: a

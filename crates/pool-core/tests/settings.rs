@@ -509,6 +509,79 @@ fn a_caller_that_withdraws_from_a_worker_queued_on_its_own_cpu_moves_it_off() {
     });
 }
 
+/// Two caller threads on 2 CPUs, each with a pool whose worker the user
+/// pinned to that caller's CPU (deployment setting 17). A caller whose
+/// wait yielded to its pinned worker used to step off its CPU, onto the
+/// other caller's: the two callers then shared one CPU, both cache-hot,
+/// while the pinned worker's CPU went idle (0.84-0.93x two serial loops).
+/// Beside another busy caller it stays; once that caller is gone it steps
+/// off as before, which shows the yielding waits happen here at all.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_caller_does_not_step_off_onto_the_cpu_of_another_busy_caller() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    watched("two callers, pinned workers", |stage| {
+        let _turn = one_at_a_time();
+        let cpus = pool_topo::process_affinity_cpus();
+        if cpus.len() != 2 || pool_topo::usable_cpus() != 2 {
+            eprintln!("built for exactly two usable CPUs: skipping");
+            return;
+        }
+        let Some((pool, cpus)) = pool_beside_its_caller(SpinPolicy::Fixed(1_000_000)) else {
+            return;
+        };
+        pool_topo::pin_current_thread(&cpus).unwrap();
+        let jobs = |stage: &testkit::Stage, phase: &str| {
+            let before = pool.stats();
+            for job in 0..200 {
+                stage.set(format!("{phase}: job {job}"));
+                pool.run(|_, _| busy(Duration::from_micros(50)));
+                // Back beside the worker after a move, for the next job.
+                pool_topo::pin_current_thread(&[cpus[0]]).unwrap();
+                pool_topo::pin_current_thread(&cpus).unwrap();
+            }
+            pool.stats().since(&before).caller_moves
+        };
+        let stop = AtomicBool::new(false);
+        let (with_other, foreign) = std::thread::scope(|scope| {
+            let other = scope.spawn(|| {
+                pool_topo::pin_current_thread(&[cpus[1]]).unwrap();
+                let other_pool = Pool::builder().workers(1).build().unwrap();
+                // Relaxed: a flag polled between jobs.
+                while !stop.load(Ordering::Relaxed) {
+                    other_pool.run(|_, _| busy(Duration::from_micros(20)));
+                }
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            let moves = jobs(stage, "beside another caller");
+            let foreign = pool_core::foreign_cpus();
+            stop.store(true, Ordering::Relaxed);
+            other.join().unwrap();
+            (moves, foreign)
+        });
+        // The other caller's stamp ages past the linger.
+        std::thread::sleep(Duration::from_millis(20));
+        let alone = jobs(stage, "alone");
+        eprintln!(
+            "caller moves: {with_other} beside another caller, {alone} alone; foreign load {foreign:.2} CPUs"
+        );
+        if alone == 0 {
+            eprintln!("no wait yielded to the pinned worker: setting not reached");
+            return;
+        }
+        if foreign > 0.5 {
+            // Other processes can hold the other caller off its CPU for
+            // longer than the linger: it then no longer counts as busy.
+            eprintln!("other processes kept a CPU busy: not judged");
+            return;
+        }
+        assert_eq!(
+            with_other, 0,
+            "the caller stepped off onto the other caller's CPU {with_other} times in 200 jobs"
+        );
+    });
+}
+
 /// Sets thread `tid`'s CPUs.
 #[cfg(target_os = "linux")]
 fn set_affinity(tid: i32, cpus: &[usize]) {
