@@ -13,13 +13,39 @@ use pool_matvec::RowParallel;
 /// assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
 /// ```
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best: Option<(usize, f32)> = None;
-    for (i, &v) in logits.iter().enumerate() {
-        if !v.is_nan() && best.is_none_or(|(_, top)| v > top) {
-            best = Some((i, v));
+    // Two passes a compiler vectorises instead of one that keeps the first
+    // strictly greater value (a branch per logit: 17 us for 32,000, 4 % of
+    // a stories15M token): the largest value (NaN never compares greater),
+    // then the first logit equal to it. The same index: ties under `>` are
+    // exactly the values `==` the largest (-0.0 and 0.0 included), and the
+    // first of them is the one the single pass keeps.
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (top, &v) in lanes.iter_mut().zip(chunk) {
+            if v > *top {
+                *top = v;
+            }
         }
     }
-    best.map_or(0, |(i, _)| i as u32)
+    let mut max = f32::NEG_INFINITY;
+    for &v in lanes.iter().chain(tail) {
+        if v > max {
+            max = v;
+        }
+    }
+    let mut start = 0;
+    for chunk in logits.chunks(LANES) {
+        if chunk.iter().fold(false, |seen, &v| seen | (v == max)) {
+            let at = chunk.iter().position(|&v| v == max).unwrap_or(0);
+            return (start + at) as u32;
+        }
+        start += chunk.len();
+    }
+    // No number at all: every logit NaN, or none.
+    0
 }
 
 /// [`argmax`] as a row job: each range's best folded into one atomic key
@@ -57,4 +83,59 @@ pub fn argmax_on(exec: &dyn RowParallel, logits: &[f32]) -> u32 {
         return 0; // every logit NaN: as `argmax`
     }
     u32::MAX - (best as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::argmax;
+
+    /// The one-pass definition: the first logit strictly greater than every
+    /// number before it.
+    fn first_greatest(logits: &[f32]) -> u32 {
+        let mut best: Option<(usize, f32)> = None;
+        for (i, &v) in logits.iter().enumerate() {
+            if !v.is_nan() && best.is_none_or(|(_, top)| v > top) {
+                best = Some((i, v));
+            }
+        }
+        best.map_or(0, |(i, _)| i as u32)
+    }
+
+    #[test]
+    fn the_two_pass_argmax_picks_the_first_greatest_logit() {
+        let specials = [
+            f32::NAN,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            -0.0,
+            0.0,
+            1.0,
+            -1.0,
+            f32::MAX,
+            f32::MIN,
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for len in (0..70).chain([255, 256, 257, 32_000]) {
+            for _ in 0..200 {
+                let logits: Vec<f32> = (0..len)
+                    .map(|_| {
+                        let r = next();
+                        if r % 4 == 0 {
+                            specials[(r >> 8) as usize % specials.len()]
+                        } else {
+                            // Few distinct values: ties are common.
+                            ((r >> 16) % 7) as f32 - 3.0
+                        }
+                    })
+                    .collect();
+                assert_eq!(argmax(&logits), first_greatest(&logits), "{logits:?}");
+            }
+        }
+    }
 }
