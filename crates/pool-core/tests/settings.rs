@@ -361,6 +361,19 @@ fn a_pool_from_a_plan_pins_its_caller_to_the_cpu_the_plan_kept() {
     });
 }
 
+/// The process's CPUs when it may use exactly two (the settings these
+/// tests build need one CPU each for two threads, and no third); `None`
+/// (said) otherwise.
+#[cfg(target_os = "linux")]
+fn exactly_two_cpus() -> Option<Vec<usize>> {
+    let cpus = pool_topo::process_affinity_cpus();
+    if cpus.len() != 2 || pool_topo::usable_cpus() != 2 {
+        eprintln!("built for exactly two usable CPUs: skipping");
+        return None;
+    }
+    Some(cpus)
+}
+
 /// A pool of one worker on its caller's CPU: the calling thread and the
 /// worker pinned to the process's first CPU (the caller runs inside
 /// `watched`, on a thread of its own: pinning it is harmless). Also
@@ -522,9 +535,7 @@ fn a_caller_does_not_step_off_onto_the_cpu_of_another_busy_caller() {
     use std::sync::atomic::{AtomicBool, Ordering};
     watched("two callers, pinned workers", |stage| {
         let _turn = one_at_a_time();
-        let cpus = pool_topo::process_affinity_cpus();
-        if cpus.len() != 2 || pool_topo::usable_cpus() != 2 {
-            eprintln!("built for exactly two usable CPUs: skipping");
+        if exactly_two_cpus().is_none() {
             return;
         }
         let Some((pool, cpus)) = pool_beside_its_caller(SpinPolicy::Fixed(1_000_000)) else {
@@ -619,11 +630,9 @@ fn two_pools_used_in_turn_settle_with_both_workers_off_the_callers_cpu() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     watched("two_pools_in_turn_colocated", |stage| {
         let _turn = one_at_a_time();
-        let cpus = pool_topo::process_affinity_cpus();
-        if cpus.len() != 2 || pool_topo::usable_cpus() != 2 {
-            eprintln!("built for exactly two usable CPUs: skipping");
+        let Some(cpus) = exactly_two_cpus() else {
             return;
-        }
+        };
         let first = cpus[0];
         // The watched body runs on its own thread: pinning it is harmless.
         pool_topo::pin_current_thread(&[first]).unwrap();
