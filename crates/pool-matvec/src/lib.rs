@@ -43,6 +43,7 @@ mod map_reduce;
 pub mod prelude;
 mod q4_0;
 mod q8_0;
+mod q8_0_interleaved;
 #[cfg(target_arch = "x86_64")]
 mod quantize_avx512;
 mod random;
@@ -70,6 +71,7 @@ pub use q4_0::{
     dequantize_q4_0, dot_q4_0, dot_q4_0_on, dot_q4_0_scalar, matvec_q4_0, matvec_q4_0_prepared,
     quantize_q4_0, BlockQ4_0, QK4_0,
 };
+pub use q8_0_interleaved::{interleave_q8_0, q8_0_interleaving_pays, Q8_0_INTERLEAVE};
 pub use q8_0::{
     dequantize_q8_0, dot_q8_0, dot_q8_0_on, dot_q8_0_scalar, matvec_q8_0, matvec_q8_0_prepared,
     quantize_q8_0, BlockQ8_0, QK8_0,

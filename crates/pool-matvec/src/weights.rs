@@ -240,6 +240,9 @@ pub struct Weights<'a> {
     rows: usize,
     cols: usize,
     bytes: &'a [u8],
+    /// Q8_0 rows interleaved by eight (`q8_0_interleaved.rs`), not
+    /// row-major.
+    interleaved: bool,
 }
 
 impl fmt::Debug for Weights<'_> {
@@ -278,7 +281,35 @@ impl<'a> Weights<'a> {
             rows,
             cols,
             bytes,
+            interleaved: false,
         })
+    }
+
+    /// `bytes` as a `rows x cols` Q8_0 matrix in the interleaved layout
+    /// [`crate::interleave_q8_0`] makes: the same values as the row-major
+    /// matrix it came from, and from [`Weights::rows_into`] the same bits.
+    ///
+    /// # Errors
+    ///
+    /// If `cols` is not whole blocks or `bytes` is not `rows` rows of them.
+    pub fn interleaved_q8_0(
+        rows: usize,
+        cols: usize,
+        bytes: &'a [u8],
+    ) -> Result<Weights<'a>, WeightsError> {
+        crate::q8_0_interleaved::blocks_per_row(rows, cols, bytes.len())?;
+        Ok(Weights {
+            ty: WeightType::Q8_0,
+            rows,
+            cols,
+            bytes,
+            interleaved: true,
+        })
+    }
+
+    /// Whether the rows are interleaved ([`Weights::interleaved_q8_0`]).
+    pub fn is_interleaved(&self) -> bool {
+        self.interleaved
     }
 
     /// f32 values as a `rows x cols` matrix.
@@ -368,6 +399,17 @@ impl<'a> Weights<'a> {
                     *o = crate::fast::dot_fast(&row, x.f32);
                 }
             }
+            WeightType::Q8_0 if self.interleaved => {
+                let (q, extras) = x.q8_0.as_ref().expect("input prepared for Q8_0");
+                crate::q8_0_interleaved::rows_into(
+                    self.bytes,
+                    self.rows,
+                    self.cols / QK8_0,
+                    &extras.with(q),
+                    start,
+                    out,
+                );
+            }
             WeightType::Q8_0 => {
                 let (q, extras) = x.q8_0.as_ref().expect("input prepared for Q8_0");
                 let per_row = self.cols / QK8_0;
@@ -415,6 +457,15 @@ impl<'a> Weights<'a> {
                 for (v, h) in out.iter_mut().zip(self.blocks::<f16>(r, r + 1)) {
                     *v = h.to_f32();
                 }
+            }
+            WeightType::Q8_0 if self.interleaved => {
+                let row = crate::q8_0_interleaved::row_blocks(
+                    self.bytes,
+                    self.rows,
+                    self.cols / QK8_0,
+                    r,
+                );
+                out.copy_from_slice(&crate::dequantize_q8_0(&row));
             }
             WeightType::Q8_0 => out.copy_from_slice(&crate::dequantize_q8_0(self.blocks(r, r + 1))),
             WeightType::Q4_0 => out.copy_from_slice(&crate::dequantize_q4_0(self.blocks(r, r + 1))),
