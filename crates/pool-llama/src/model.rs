@@ -63,6 +63,24 @@ enum Storage {
 }
 
 impl Storage {
+    /// Rewrites the bytes with `edit` where they are this model's own copy;
+    /// `None` for a mapped file (read in place, never written).
+    fn modify<R>(&mut self, edit: impl FnOnce(&mut [u8]) -> R) -> Option<io::Result<R>> {
+        match self {
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            Storage::Mapped(_) => None,
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            Storage::HugePages(copy) => Some(copy.modify(edit)),
+            Storage::Heap(words, len) => {
+                // SAFETY: as in `bytes`, and `&mut self` makes the borrow
+                // unique; any byte pattern is a valid u64.
+                let bytes =
+                    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), *len) };
+                Some(Ok(edit(bytes)))
+            }
+        }
+    }
+
     fn heap(bytes: &[u8]) -> Storage {
         let mut words = vec![0u64; bytes.len().div_ceil(8)];
         for (word, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
@@ -103,6 +121,9 @@ pub(crate) struct MatrixRef {
     pub(crate) cols: usize,
     pub(crate) offset: usize,
     pub(crate) len: usize,
+    /// Q8_0 rows interleaved by eight in the model's own copy
+    /// ([`pool_matvec::interleave_q8_0`]), not row-major as in the file.
+    pub(crate) interleaved: bool,
 }
 
 /// One transformer layer's tensors.
@@ -168,6 +189,12 @@ impl Model {
     /// transparent huge pages ([`Residence::HugePageCopy`]), elsewhere the
     /// heap. Whatever happens to the file afterwards cannot reach the
     /// model. [`Model::open_mapped`] reads it in place instead.
+    ///
+    /// Where the CPU's kernels read it faster
+    /// ([`pool_matvec::q8_0_interleaving_pays`]: AVX-512 VNNI), the copy's
+    /// Q8_0 matrices are rearranged into rows interleaved by eight: the
+    /// same bytes, no dequantized copy, and the same logits to the bit
+    /// ([`Model::q8_0_interleaved`] tells).
     pub fn open(path: impl AsRef<Path>) -> Result<Model, LoadError> {
         let path = path.as_ref();
         refuse_directory(path)?;
@@ -217,7 +244,9 @@ impl Model {
         let bytes = storage.bytes();
         if bytes.starts_with(&GGUF_MAGIC) {
             let description = gguf_description(bytes)?;
-            Ok(description.with(storage))
+            let mut model = description.with(storage);
+            model.interleave_q8_0()?;
+            Ok(model)
         } else {
             let description = llama2c_description(bytes).map_err(|err| match err {
                 LoadError::BadHeader(reason) if bytes.len() >= 4 => LoadError::BadHeader(format!(
@@ -286,10 +315,67 @@ impl Model {
         self.bos
     }
 
+    /// Whether this model's Q8_0 matrices were rearranged into rows
+    /// interleaved by eight at load (see [`Model::open`]).
+    pub fn q8_0_interleaved(&self) -> bool {
+        self.matrices().any(|m| m.interleaved)
+    }
+
     /// The matrix `m`, viewed in the model's bytes.
     pub(crate) fn weights(&self, m: &MatrixRef) -> Weights<'_> {
         let bytes = &self.storage.bytes()[m.offset..m.offset + m.len];
-        Weights::new(m.ty, m.rows, m.cols, bytes).expect("every matrix was checked at load")
+        if m.interleaved {
+            Weights::interleaved_q8_0(m.rows, m.cols, bytes)
+        } else {
+            Weights::new(m.ty, m.rows, m.cols, bytes)
+        }
+        .expect("every matrix was checked at load")
+    }
+
+    /// Where this CPU's kernels read interleaved Q8_0 faster
+    /// ([`pool_matvec::q8_0_interleaving_pays`]) and the weights are the
+    /// model's own copy ([`Model::open`], [`Model::from_bytes`]), rearranges
+    /// every Q8_0 matrix a token multiplies by (the embedding too when the
+    /// output shares it) into rows interleaved by eight: the same bytes
+    /// and values, the same logits to the bit, and on an Intel Xeon with
+    /// AVX-512 VNNI 1.5-1.8x the kernel's speed from cache. A mapped file
+    /// ([`Model::open_mapped`]) is read in place as the file has it.
+    fn interleave_q8_0(&mut self) -> Result<(), LoadError> {
+        if !pool_matvec::q8_0_interleaving_pays() {
+            return Ok(());
+        }
+        let mut targets: Vec<MatrixRef> = Vec::new();
+        for m in self.matrices() {
+            if m.ty == WeightType::Q8_0 && !targets.iter().any(|t| t.offset == m.offset) {
+                targets.push(*m);
+            }
+        }
+        let done = self.storage.modify(|bytes| {
+            targets.iter().try_for_each(|m| {
+                pool_matvec::interleave_q8_0(&mut bytes[m.offset..m.offset + m.len], m.rows, m.cols)
+            })
+        });
+        match done {
+            None => return Ok(()),
+            Some(result) => result?.map_err(|err| {
+                LoadError::BadGguf(format!("a Q8_0 matrix could not be interleaved: {err}"))
+            })?,
+        }
+        let rearranged = |m: &mut MatrixRef| {
+            if targets.iter().any(|t| t.offset == m.offset && t.len == m.len) {
+                m.interleaved = true;
+            }
+        };
+        for l in &mut self.layers {
+            for m in [
+                &mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.gate, &mut l.up, &mut l.down,
+            ] {
+                rearranged(m);
+            }
+        }
+        rearranged(&mut self.output);
+        rearranged(&mut self.embedding);
+        Ok(())
     }
 
     /// Every matrix a token reads, in order (the embedding is not one: a
@@ -462,6 +548,7 @@ fn llama2c_description(bytes: &[u8]) -> Result<Description, LoadError> {
                 cols,
                 offset: at(range, layer, rows * cols),
                 len: 4 * rows * cols,
+                interleaved: false,
             },
         )
     };
@@ -690,6 +777,7 @@ fn gguf_matrix(
                 LoadError::BadGguf(format!("tensor {}: offset past the address space", t.name))
             })?,
             len,
+            interleaved: false,
         },
     )
 }

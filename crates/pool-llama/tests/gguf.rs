@@ -150,6 +150,44 @@ fn a_gguf_file_opens_from_disk_read_or_mapped_with_the_same_tokens() {
     });
 }
 
+#[test]
+#[cfg_attr(miri, ignore = "a file read into a huge-page mapping")]
+fn q8_0_read_into_a_copy_gives_the_mapped_files_logits_to_the_bit() {
+    watched("gguf_q8_0_copy", |stage| {
+        let pool = Pool::with_spin(1, 1000);
+        for tied in [false, true] {
+            stage.set(format!("tied {tied}"));
+            let mut spec = Spec::all(WeightType::Q8_0);
+            if tied {
+                spec.output = None;
+            }
+            let test = TestModel::random(&spec, 31 + u64::from(tied));
+            let path = temp_path(&format!("q8_0-{tied}.gguf"));
+            std::fs::write(&path, test.to_bytes()).unwrap();
+            let read = Model::open(&path).unwrap();
+            // SAFETY: this test's own file; nothing changes it meanwhile.
+            let mapped = unsafe { Model::open_mapped(&path) }.unwrap();
+            // Rearranged where the kernels pay for it (an AVX-512 VNNI
+            // CPU), never in the mapped file.
+            assert_eq!(
+                read.q8_0_interleaved(),
+                pool_matvec::q8_0_interleaving_pays(),
+                "tied {tied}"
+            );
+            assert!(!mapped.q8_0_interleaved());
+            let tokens = mapped.generate(&Serial, STEPS, |_, _| {});
+            let bits = logits_bits(&mapped, &Serial, &tokens);
+            assert!(
+                logits_bits(&read, &Serial, &tokens) == bits,
+                "tied {tied}: serial"
+            );
+            assert!(logits_bits(&read, &pool, &tokens) == bits, "tied {tied}: pool");
+            drop((read, mapped));
+            std::fs::remove_file(&path).unwrap();
+        }
+    });
+}
+
 /// A valid small file to break.
 fn good() -> TestModel {
     let mut spec = Spec::all(WeightType::Q8_0);

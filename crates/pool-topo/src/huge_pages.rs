@@ -21,8 +21,9 @@ use std::ptr::NonNull;
 /// # Invariants
 ///
 /// `ptr..ptr + len` is a private anonymous mapping created by
-/// [`HugePageCopy::of`], written only before `of` returned, `PROT_READ`
-/// from then on, and unmapped only by `Drop`; `len == 0` maps nothing.
+/// [`HugePageCopy::of`], written only before `of` returned and inside
+/// [`HugePageCopy::modify`] (which holds `&mut self`), `PROT_READ` at
+/// every other time, and unmapped only by `Drop`; `len == 0` maps nothing.
 #[derive(Debug)]
 pub struct HugePageCopy {
     ptr: NonNull<u8>,
@@ -126,6 +127,34 @@ impl HugePageCopy {
         Ok(copy)
     }
 
+    /// Rewrites the copy with `edit` (a loader rearranging its tensors'
+    /// bytes for its kernels, say): writable for the call, read-only again
+    /// after it. `&mut self` keeps every reader out meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// If the kernel refuses to change the protection; the bytes are then
+    /// unchanged (`edit` runs only once the copy is writable).
+    pub fn modify<R>(&mut self, edit: impl FnOnce(&mut [u8]) -> R) -> io::Result<R> {
+        if self.len == 0 {
+            return Ok(edit(&mut []));
+        }
+        let ptr = self.ptr.as_ptr().cast::<libc::c_void>();
+        // SAFETY: our own mapping (invariants), `len` bytes long.
+        if unsafe { libc::mprotect(ptr, self.len, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `len` writable bytes at `ptr` now; `&mut self` excludes
+        // every other borrow of them, and this one ends before the
+        // mapping is made read-only again.
+        let result = edit(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) });
+        // SAFETY: our own mapping; read-only again from here.
+        if unsafe { libc::mprotect(ptr, self.len, libc::PROT_READ) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(result)
+    }
+
     /// The copied bytes.
     pub fn as_bytes(&self) -> &[u8] {
         // SAFETY: invariants: `len` readable bytes at `ptr` while `self`
@@ -180,6 +209,27 @@ mod tests {
         assert_eq!(copy.as_bytes(), &bytes[..]);
         assert!(copy.huge_page_bytes().is_some(), "smaps has the mapping");
         assert!(HugePageCopy::of(&[]).unwrap().as_bytes().is_empty());
+    }
+
+    #[test]
+    fn a_modified_copy_holds_the_edit_and_is_read_only_again() {
+        let mut copy = HugePageCopy::of(&[1u8; 10_000]).unwrap();
+        let sum = copy
+            .modify(|bytes| {
+                bytes[9_999] = 7;
+                bytes.iter().map(|&b| u32::from(b)).sum::<u32>()
+            })
+            .unwrap();
+        assert_eq!(sum, 9_999 + 7);
+        assert_eq!(copy.as_bytes()[9_999], 7);
+        let start = copy.as_bytes().as_ptr() as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let header = smaps
+            .lines()
+            .find(|l| l.starts_with(&format!("{start:x}-")))
+            .expect("the copy's mapping in smaps");
+        assert!(header.contains(" r--p "), "read-only again: {header}");
+        assert_eq!(HugePageCopy::of(&[]).unwrap().modify(|b| b.len()).unwrap(), 0);
     }
 
     #[test]
