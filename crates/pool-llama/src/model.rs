@@ -74,8 +74,9 @@ impl Storage {
             Storage::Heap(words, len) => {
                 // SAFETY: as in `bytes`, and `&mut self` makes the borrow
                 // unique; any byte pattern is a valid u64.
-                let bytes =
-                    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), *len) };
+                let bytes = unsafe {
+                    std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), *len)
+                };
                 Some(Ok(edit(bytes)))
             }
         }
@@ -121,8 +122,8 @@ pub(crate) struct MatrixRef {
     pub(crate) cols: usize,
     pub(crate) offset: usize,
     pub(crate) len: usize,
-    /// Q8_0 rows interleaved by eight in the model's own copy
-    /// ([`pool_matvec::interleave_q8_0`]), not row-major as in the file.
+    /// Rows interleaved by eight in the model's own copy
+    /// ([`pool_matvec::interleave_rows`]), not row-major as in the file.
     pub(crate) interleaved: bool,
 }
 
@@ -190,11 +191,11 @@ impl Model {
     /// heap. Whatever happens to the file afterwards cannot reach the
     /// model. [`Model::open_mapped`] reads it in place instead.
     ///
-    /// Where the CPU's kernels read it faster
-    /// ([`pool_matvec::q8_0_interleaving_pays`]: AVX-512 VNNI), the copy's
-    /// Q8_0 matrices are rearranged into rows interleaved by eight: the
-    /// same bytes, no dequantized copy, and the same logits to the bit
-    /// ([`Model::q8_0_interleaved`] tells).
+    /// Where the CPU's kernels read them faster
+    /// ([`pool_matvec::interleaving_pays`]: AVX-512 VNNI), the copy's
+    /// Q8_0 and Q4_0 matrices are rearranged into rows interleaved by
+    /// eight: the same bytes, no dequantized copy, and the same logits to
+    /// the bit ([`Model::interleaved_matrices`] counts them).
     pub fn open(path: impl AsRef<Path>) -> Result<Model, LoadError> {
         let path = path.as_ref();
         refuse_directory(path)?;
@@ -245,7 +246,7 @@ impl Model {
         if bytes.starts_with(&GGUF_MAGIC) {
             let description = gguf_description(bytes)?;
             let mut model = description.with(storage);
-            model.interleave_q8_0()?;
+            model.interleave()?;
             Ok(model)
         } else {
             let description = llama2c_description(bytes).map_err(|err| match err {
@@ -315,60 +316,78 @@ impl Model {
         self.bos
     }
 
-    /// Whether this model's Q8_0 matrices were rearranged into rows
-    /// interleaved by eight at load (see [`Model::open`]).
-    pub fn q8_0_interleaved(&self) -> bool {
-        self.matrices().any(|m| m.interleaved)
+    /// How many of the matrices a token multiplies by were rearranged
+    /// into rows interleaved by eight at load (see [`Model::open`]).
+    pub fn interleaved_matrices(&self) -> usize {
+        let mut offsets: Vec<usize> = self
+            .matrices()
+            .filter(|m| m.interleaved)
+            .map(|m| m.offset)
+            .collect();
+        offsets.dedup();
+        offsets.len()
     }
 
     /// The matrix `m`, viewed in the model's bytes.
     pub(crate) fn weights(&self, m: &MatrixRef) -> Weights<'_> {
         let bytes = &self.storage.bytes()[m.offset..m.offset + m.len];
         if m.interleaved {
-            Weights::interleaved_q8_0(m.rows, m.cols, bytes)
+            Weights::interleaved(m.ty, m.rows, m.cols, bytes)
         } else {
             Weights::new(m.ty, m.rows, m.cols, bytes)
         }
         .expect("every matrix was checked at load")
     }
 
-    /// Where this CPU's kernels read interleaved Q8_0 faster
-    /// ([`pool_matvec::q8_0_interleaving_pays`]) and the weights are the
-    /// model's own copy ([`Model::open`], [`Model::from_bytes`]), rearranges
-    /// every Q8_0 matrix a token multiplies by (the embedding too when the
-    /// output shares it) into rows interleaved by eight: the same bytes
-    /// and values, the same logits to the bit, and on an Intel Xeon with
-    /// AVX-512 VNNI 1.5-1.8x the kernel's speed from cache. A mapped file
+    /// Where this CPU's kernels read a type faster interleaved
+    /// ([`pool_matvec::interleaving_pays`]: Q8_0 and Q4_0 on AVX-512
+    /// VNNI) and the weights are the model's own copy ([`Model::open`],
+    /// [`Model::from_bytes`]), rearranges every such matrix a token
+    /// multiplies by (the embedding too when the output shares it) into
+    /// rows interleaved by eight: the same bytes and values, the same
+    /// logits to the bit, and on an Intel Xeon with AVX-512 VNNI 1.5-1.8x
+    /// the Q8_0 kernel's speed from cache. A mapped file
     /// ([`Model::open_mapped`]) is read in place as the file has it.
-    fn interleave_q8_0(&mut self) -> Result<(), LoadError> {
-        if !pool_matvec::q8_0_interleaving_pays() {
-            return Ok(());
-        }
+    fn interleave(&mut self) -> Result<(), LoadError> {
         let mut targets: Vec<MatrixRef> = Vec::new();
         for m in self.matrices() {
-            if m.ty == WeightType::Q8_0 && !targets.iter().any(|t| t.offset == m.offset) {
+            if pool_matvec::interleaving_pays(m.ty) && !targets.iter().any(|t| t.offset == m.offset)
+            {
                 targets.push(*m);
             }
         }
+        if targets.is_empty() {
+            return Ok(());
+        }
         let done = self.storage.modify(|bytes| {
             targets.iter().try_for_each(|m| {
-                pool_matvec::interleave_q8_0(&mut bytes[m.offset..m.offset + m.len], m.rows, m.cols)
+                let matrix = &mut bytes[m.offset..m.offset + m.len];
+                pool_matvec::interleave_rows(m.ty, matrix, m.rows, m.cols)
             })
         });
         match done {
             None => return Ok(()),
             Some(result) => result?.map_err(|err| {
-                LoadError::BadGguf(format!("a Q8_0 matrix could not be interleaved: {err}"))
+                LoadError::BadGguf(format!("a matrix could not be interleaved: {err}"))
             })?,
         }
         let rearranged = |m: &mut MatrixRef| {
-            if targets.iter().any(|t| t.offset == m.offset && t.len == m.len) {
+            if targets
+                .iter()
+                .any(|t| t.offset == m.offset && t.len == m.len)
+            {
                 m.interleaved = true;
             }
         };
         for l in &mut self.layers {
             for m in [
-                &mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.gate, &mut l.up, &mut l.down,
+                &mut l.wq,
+                &mut l.wk,
+                &mut l.wv,
+                &mut l.wo,
+                &mut l.gate,
+                &mut l.up,
+                &mut l.down,
             ] {
                 rearranged(m);
             }

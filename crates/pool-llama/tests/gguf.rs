@@ -152,36 +152,48 @@ fn a_gguf_file_opens_from_disk_read_or_mapped_with_the_same_tokens() {
 
 #[test]
 #[cfg_attr(miri, ignore = "a file read into a huge-page mapping")]
-fn q8_0_read_into_a_copy_gives_the_mapped_files_logits_to_the_bit() {
-    watched("gguf_q8_0_copy", |stage| {
+fn q8_0_and_q4_0_read_into_a_copy_give_the_mapped_files_logits_to_the_bit() {
+    watched("gguf_interleaved_copy", |stage| {
         let pool = Pool::with_spin(1, 1000);
-        for tied in [false, true] {
-            stage.set(format!("tied {tied}"));
-            let mut spec = Spec::all(WeightType::Q8_0);
+        let q4_0_with_q6_k_output = {
+            let mut spec = Spec::all(WeightType::Q4_0);
+            spec.output = Some(WeightType::Q6_K);
+            spec
+        };
+        let cases = [
+            ("Q8_0", Spec::all(WeightType::Q8_0), 7 * 2 + 1),
+            ("Q8_0 tied", Spec::all(WeightType::Q8_0), 7 * 2 + 1),
+            ("Q4_0", Spec::all(WeightType::Q4_0), 7 * 2 + 1),
+            ("Q4_0 + Q6_K output", q4_0_with_q6_k_output, 7 * 2),
+        ];
+        for (seed, (name, mut spec, matrices)) in cases.into_iter().enumerate() {
+            stage.set(name);
+            let tied = name.ends_with("tied");
             if tied {
                 spec.output = None;
             }
-            let test = TestModel::random(&spec, 31 + u64::from(tied));
-            let path = temp_path(&format!("q8_0-{tied}.gguf"));
+            let test = TestModel::random(&spec, 31 + seed as u64);
+            let path = temp_path(&format!("interleaved-{seed}.gguf"));
             std::fs::write(&path, test.to_bytes()).unwrap();
             let read = Model::open(&path).unwrap();
             // SAFETY: this test's own file; nothing changes it meanwhile.
             let mapped = unsafe { Model::open_mapped(&path) }.unwrap();
             // Rearranged where the kernels pay for it (an AVX-512 VNNI
             // CPU), never in the mapped file.
+            let pays = pool_matvec::interleaving_pays(spec.attention);
             assert_eq!(
-                read.q8_0_interleaved(),
-                pool_matvec::q8_0_interleaving_pays(),
-                "tied {tied}"
+                read.interleaved_matrices(),
+                if pays { matrices } else { 0 },
+                "{name}"
             );
-            assert!(!mapped.q8_0_interleaved());
+            assert_eq!(mapped.interleaved_matrices(), 0);
             let tokens = mapped.generate(&Serial, STEPS, |_, _| {});
             let bits = logits_bits(&mapped, &Serial, &tokens);
             assert!(
                 logits_bits(&read, &Serial, &tokens) == bits,
-                "tied {tied}: serial"
+                "{name}: serial"
             );
-            assert!(logits_bits(&read, &pool, &tokens) == bits, "tied {tied}: pool");
+            assert!(logits_bits(&read, &pool, &tokens) == bits, "{name}: pool");
             drop((read, mapped));
             std::fs::remove_file(&path).unwrap();
         }

@@ -36,6 +36,7 @@ mod exact;
 mod executor;
 mod fast;
 mod home_ranges;
+mod interleaved;
 mod k_quants;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
@@ -43,7 +44,6 @@ mod map_reduce;
 pub mod prelude;
 mod q4_0;
 mod q8_0;
-mod q8_0_interleaved;
 #[cfg(target_arch = "x86_64")]
 mod quantize_avx512;
 mod random;
@@ -61,6 +61,7 @@ pub use executor::Executor;
 pub use fast::{
     dot_fast, dot_fast_on, dot_fast_portable, dot_fast_rows, dot_fast_rows_on, matvec_f32_fast,
 };
+pub use interleaved::{interleave_rows, interleaving_pays, INTERLEAVED_ROWS};
 pub use k_quants::{
     dequantize_q4_k, dequantize_q6_k, dot_q4_k, dot_q4_k_on, dot_q4_k_scalar, dot_q6_k,
     dot_q6_k_on, dot_q6_k_scalar, quantize_q4_k, quantize_q6_k, quantize_q8_k, BlockQ4K, BlockQ6K,
@@ -71,7 +72,6 @@ pub use q4_0::{
     dequantize_q4_0, dot_q4_0, dot_q4_0_on, dot_q4_0_scalar, matvec_q4_0, matvec_q4_0_prepared,
     quantize_q4_0, BlockQ4_0, QK4_0,
 };
-pub use q8_0_interleaved::{interleave_q8_0, q8_0_interleaving_pays, Q8_0_INTERLEAVE};
 pub use q8_0::{
     dequantize_q8_0, dot_q8_0, dot_q8_0_on, dot_q8_0_scalar, matvec_q8_0, matvec_q8_0_prepared,
     quantize_q8_0, BlockQ8_0, QK8_0,

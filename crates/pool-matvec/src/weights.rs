@@ -197,6 +197,11 @@ pub enum WeightsError {
         /// The alignment it needs.
         align: usize,
     },
+    /// Rows of this type are never interleaved (only Q8_0 and Q4_0 are).
+    NotInterleavable {
+        /// The type.
+        ty: WeightType,
+    },
 }
 
 impl fmt::Display for WeightsError {
@@ -220,6 +225,9 @@ impl fmt::Display for WeightsError {
             WeightsError::Misaligned { ty, align } => {
                 write!(f, "{ty} data not aligned to {align} bytes")
             }
+            WeightsError::NotInterleavable { ty } => {
+                write!(f, "{ty} rows are not interleaved (Q8_0 and Q4_0 are)")
+            }
         }
     }
 }
@@ -240,8 +248,7 @@ pub struct Weights<'a> {
     rows: usize,
     cols: usize,
     bytes: &'a [u8],
-    /// Q8_0 rows interleaved by eight (`q8_0_interleaved.rs`), not
-    /// row-major.
+    /// Rows interleaved by eight (`interleaved.rs`), not row-major.
     interleaved: bool,
 }
 
@@ -285,21 +292,24 @@ impl<'a> Weights<'a> {
         })
     }
 
-    /// `bytes` as a `rows x cols` Q8_0 matrix in the interleaved layout
-    /// [`crate::interleave_q8_0`] makes: the same values as the row-major
-    /// matrix it came from, and from [`Weights::rows_into`] the same bits.
+    /// `bytes` as a `rows x cols` Q8_0 or Q4_0 matrix with its rows
+    /// interleaved by eight, as [`crate::interleave_rows`] leaves it: the
+    /// same values as the row-major matrix it came from, and from
+    /// [`Weights::rows_into`] the same bits.
     ///
     /// # Errors
     ///
-    /// If `cols` is not whole blocks or `bytes` is not `rows` rows of them.
-    pub fn interleaved_q8_0(
+    /// If `ty` is neither Q8_0 nor Q4_0, `cols` is not whole blocks, or
+    /// `bytes` is not `rows` rows of them.
+    pub fn interleaved(
+        ty: WeightType,
         rows: usize,
         cols: usize,
         bytes: &'a [u8],
     ) -> Result<Weights<'a>, WeightsError> {
-        crate::q8_0_interleaved::blocks_per_row(rows, cols, bytes.len())?;
+        crate::interleaved::blocks_per_row(ty, rows, cols, bytes.len())?;
         Ok(Weights {
-            ty: WeightType::Q8_0,
+            ty,
             rows,
             cols,
             bytes,
@@ -307,7 +317,7 @@ impl<'a> Weights<'a> {
         })
     }
 
-    /// Whether the rows are interleaved ([`Weights::interleaved_q8_0`]).
+    /// Whether the rows are interleaved ([`Weights::interleaved`]).
     pub fn is_interleaved(&self) -> bool {
         self.interleaved
     }
@@ -399,9 +409,10 @@ impl<'a> Weights<'a> {
                     *o = crate::fast::dot_fast(&row, x.f32);
                 }
             }
-            WeightType::Q8_0 if self.interleaved => {
-                let (q, extras) = x.q8_0.as_ref().expect("input prepared for Q8_0");
-                crate::q8_0_interleaved::rows_into(
+            WeightType::Q8_0 | WeightType::Q4_0 if self.interleaved => {
+                let (q, extras) = x.q8_0.as_ref().expect("input prepared for Q8_0 or Q4_0");
+                crate::interleaved::rows_into(
+                    self.ty,
                     self.bytes,
                     self.rows,
                     self.cols / QK8_0,
@@ -458,14 +469,15 @@ impl<'a> Weights<'a> {
                     *v = h.to_f32();
                 }
             }
-            WeightType::Q8_0 if self.interleaved => {
-                let row = crate::q8_0_interleaved::row_blocks(
+            WeightType::Q8_0 | WeightType::Q4_0 if self.interleaved => {
+                crate::interleaved::row_into(
+                    self.ty,
                     self.bytes,
                     self.rows,
                     self.cols / QK8_0,
                     r,
+                    out,
                 );
-                out.copy_from_slice(&crate::dequantize_q8_0(&row));
             }
             WeightType::Q8_0 => out.copy_from_slice(&crate::dequantize_q8_0(self.blocks(r, r + 1))),
             WeightType::Q4_0 => out.copy_from_slice(&crate::dequantize_q4_0(self.blocks(r, r + 1))),

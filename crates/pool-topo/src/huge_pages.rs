@@ -229,7 +229,10 @@ mod tests {
             .find(|l| l.starts_with(&format!("{start:x}-")))
             .expect("the copy's mapping in smaps");
         assert!(header.contains(" r--p "), "read-only again: {header}");
-        assert_eq!(HugePageCopy::of(&[]).unwrap().modify(|b| b.len()).unwrap(), 0);
+        assert_eq!(
+            HugePageCopy::of(&[]).unwrap().modify(|b| b.len()).unwrap(),
+            0
+        );
     }
 
     #[test]

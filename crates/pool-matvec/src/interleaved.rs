@@ -1,0 +1,570 @@
+//! Q8_0 and Q4_0 matrices with their rows interleaved by eight: the layout
+//! the AVX-512 VNNI kernels read without a horizontal sum per block.
+//!
+//! Row-major (GGUF's layout) gives each block of one row a 32-value
+//! integer dot spread over eight lanes, which must be summed across them
+//! before the block's scale applies: on x86 a tree of `vphaddd` shuffles
+//! per eight blocks, and on a CPU with one shuffle port (Intel's) it costs
+//! more than the multiplies. Interleaved, a block of eight rows keeps each
+//! row's bytes in its own 32-bit lane: one `vpdpbusd` per 4-byte chunk of
+//! the activation (broadcast) leaves row `r`'s exact block sum in lane
+//! `r`, with no shuffle at all. This is the layout llama.cpp's AMX
+//! back end repacks Q8_0 and Q4_0 into for the same reason. Measured on
+//! one core of an Intel Xeon (AVX-512 VNNI), Q8_0 from L2: 13-17 GB/s
+//! row-major, 23-26 GB/s interleaved; from L3 12.6-15 against 16-18.
+//!
+//! The layout keeps the matrix's bytes and size: rows `8g..8g + 8` occupy
+//! the bytes they occupied before, rearranged; rows past the last whole
+//! group of eight stay row-major after them. Within a group, block `b` is
+//! `8 * block_bytes` bytes: the eight rows' f16 scales (16 bytes), then
+//! the rows' value bytes with byte `4 (8c + r) + k` holding row `r`'s
+//! byte `4c + k`. Q8_0's bytes are stored with the sign bit flipped
+//! (`w + 128` as unsigned, what `vpdpbusd` multiplies: no XOR at run
+//! time); Q4_0's as they are (byte `j` holds value `j` in its low nibble
+//! and `j + 16` in its high one).
+//!
+//! Each row's value is the row-major kernels' to the bit: the same exact
+//! integer block sums, the same per-block `sumi * (d_w * d_x)` added into
+//! lane `b mod 8` of eight lanes reduced in the same order, then the tail
+//! blocks in order. On a tier without these kernels a group is put back in
+//! row-major order and the tier's row-major kernel runs.
+
+use crate::q4_0::BlockQ4_0;
+use crate::q8_0::{Activation, BlockQ8_0, QK8_0};
+use crate::weights::WeightsError;
+use crate::WeightType;
+
+/// Rows per interleaved group.
+pub const INTERLEAVED_ROWS: usize = 8;
+
+/// Bytes of one row's f16 scale.
+const SCALE: usize = 2;
+
+/// Whether this CPU's kernels read `ty` faster interleaved than
+/// row-major: Q8_0 and Q4_0 on the AVX-512 tier with VNNI (the tier in
+/// force, so `POOL_SIMD_TIER` lowering it turns interleaving off). A
+/// loader interleaves only where this holds; elsewhere the interleaved
+/// layout still computes the same bits, more slowly.
+pub fn interleaving_pays(ty: WeightType) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        matches!(ty, WeightType::Q8_0 | WeightType::Q4_0)
+            && crate::tier::simd_tier() == crate::SimdTier::Avx512
+            && crate::tier::has_avx512_vnni()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ty;
+        false
+    }
+}
+
+/// The checked shape of a `rows x cols` matrix of `ty` in `len` bytes:
+/// blocks per row.
+pub(crate) fn blocks_per_row(
+    ty: WeightType,
+    rows: usize,
+    cols: usize,
+    len: usize,
+) -> Result<usize, WeightsError> {
+    if !matches!(ty, WeightType::Q8_0 | WeightType::Q4_0) {
+        return Err(WeightsError::NotInterleavable { ty });
+    }
+    let row = ty
+        .row_bytes(cols)
+        .ok_or(WeightsError::PartialBlock { ty, cols })?;
+    let needed = row.checked_mul(rows);
+    if needed != Some(len) {
+        return Err(WeightsError::Size { needed, found: len });
+    }
+    Ok(cols / QK8_0)
+}
+
+/// Value bytes of one block of `ty` and whether they are stored with the
+/// sign bit flipped.
+fn value_bytes(ty: WeightType) -> (usize, u8) {
+    match ty {
+        WeightType::Q8_0 => (QK8_0, 0x80),
+        _ => (QK8_0 / 2, 0),
+    }
+}
+
+/// Rearranges `bytes`, a row-major `rows x cols` Q8_0 or Q4_0 matrix
+/// (GGUF's layout), in place into rows interleaved by eight (module docs).
+/// The result is read with [`crate::Weights::interleaved`].
+///
+/// ```
+/// use pool_matvec::{interleave_rows, quantize_q8_0, PreparedInput, WeightType, Weights};
+///
+/// let (rows, cols) = (20, 64);
+/// let values: Vec<f32> = (0..rows * cols).map(|i| (i % 7) as f32 - 3.0).collect();
+/// let mut bytes: Vec<u8> = quantize_q8_0(&values).iter().flat_map(|b| {
+///     let mut v = b.d.to_bits().to_le_bytes().to_vec();
+///     v.extend(b.qs.iter().map(|&q| q as u8));
+///     v
+/// }).collect();
+/// let row_major = bytes.clone();
+/// interleave_rows(WeightType::Q8_0, &mut bytes, rows, cols).unwrap();
+///
+/// let x: Vec<f32> = (0..cols).map(|i| i as f32 / 10.0).collect();
+/// let input = PreparedInput::new(&x, [WeightType::Q8_0]);
+/// let (mut a, mut b) = (vec![0.0; rows], vec![0.0; rows]);
+/// Weights::new(WeightType::Q8_0, rows, cols, &row_major).unwrap().rows_into(&input, 0, &mut a);
+/// Weights::interleaved(WeightType::Q8_0, rows, cols, &bytes).unwrap().rows_into(&input, 0, &mut b);
+/// assert_eq!(a, b);
+/// ```
+///
+/// # Errors
+///
+/// If `ty` is neither Q8_0 nor Q4_0, `cols` is not whole blocks, or
+/// `bytes` is not `rows` rows of them.
+pub fn interleave_rows(
+    ty: WeightType,
+    bytes: &mut [u8],
+    rows: usize,
+    cols: usize,
+) -> Result<(), WeightsError> {
+    let per_row = blocks_per_row(ty, rows, cols, bytes.len())?;
+    let block = ty.block_bytes();
+    let (values, flip) = value_bytes(ty);
+    let group_block = INTERLEAVED_ROWS * block;
+    let mut row_major = vec![0u8; group_block * per_row];
+    for group in bytes.chunks_exact_mut(group_block * per_row) {
+        row_major.copy_from_slice(group);
+        for b in 0..per_row {
+            let out = &mut group[b * group_block..(b + 1) * group_block];
+            for r in 0..INTERLEAVED_ROWS {
+                let src = &row_major[(r * per_row + b) * block..][..block];
+                out[SCALE * r..SCALE * (r + 1)].copy_from_slice(&src[..SCALE]);
+                for (j, &q) in src[SCALE..].iter().enumerate() {
+                    out[INTERLEAVED_ROWS * SCALE + at(r, j)] = q ^ flip;
+                }
+            }
+        }
+    }
+    debug_assert_eq!(values + SCALE, block);
+    Ok(())
+}
+
+/// Where row `r`'s value byte `j` sits among a group block's value bytes.
+#[inline]
+fn at(r: usize, j: usize) -> usize {
+    4 * (INTERLEAVED_ROWS * (j / 4) + r) + j % 4
+}
+
+/// Row `r`'s block `b` (scale bits, value bytes as the file has them) of
+/// an interleaved matrix with `rows` rows of `per_row` blocks.
+fn row_block(
+    ty: WeightType,
+    bytes: &[u8],
+    rows: usize,
+    per_row: usize,
+    r: usize,
+    b: usize,
+) -> (u16, [u8; QK8_0]) {
+    let block = ty.block_bytes();
+    let (values, flip) = value_bytes(ty);
+    let whole = rows / INTERLEAVED_ROWS * INTERLEAVED_ROWS;
+    let mut out = [0u8; QK8_0];
+    if r >= whole {
+        let src = &bytes[(r * per_row + b) * block..][..block];
+        out[..values].copy_from_slice(&src[SCALE..]);
+        return (u16::from_le_bytes([src[0], src[1]]), out);
+    }
+    let (g, lane) = (r / INTERLEAVED_ROWS, r % INTERLEAVED_ROWS);
+    let group_block = INTERLEAVED_ROWS * block;
+    let src = &bytes[(g * per_row + b) * group_block..][..group_block];
+    for (j, o) in out[..values].iter_mut().enumerate() {
+        *o = src[INTERLEAVED_ROWS * SCALE + at(lane, j)] ^ flip;
+    }
+    (
+        u16::from_le_bytes([src[SCALE * lane], src[SCALE * lane + 1]]),
+        out,
+    )
+}
+
+/// Rows `first..first + count` as row-major Q8_0 blocks.
+fn q8_0_rows(
+    bytes: &[u8],
+    rows: usize,
+    per_row: usize,
+    first: usize,
+    count: usize,
+) -> Vec<BlockQ8_0> {
+    (first..first + count)
+        .flat_map(|r| (0..per_row).map(move |b| (r, b)))
+        .map(|(r, b)| {
+            let (d, v) = row_block(WeightType::Q8_0, bytes, rows, per_row, r, b);
+            BlockQ8_0 {
+                d: half::f16::from_bits(d),
+                qs: v.map(|q| q as i8),
+            }
+        })
+        .collect()
+}
+
+/// Rows `first..first + count` as row-major Q4_0 blocks.
+fn q4_0_rows(
+    bytes: &[u8],
+    rows: usize,
+    per_row: usize,
+    first: usize,
+    count: usize,
+) -> Vec<BlockQ4_0> {
+    (first..first + count)
+        .flat_map(|r| (0..per_row).map(move |b| (r, b)))
+        .map(|(r, b)| {
+            let (d, v) = row_block(WeightType::Q4_0, bytes, rows, per_row, r, b);
+            BlockQ4_0 {
+                d: half::f16::from_bits(d),
+                qs: std::array::from_fn(|j| v[j]),
+            }
+        })
+        .collect()
+}
+
+/// Row `r` of an interleaved matrix as f32 values (an embedding lookup).
+pub(crate) fn row_into(
+    ty: WeightType,
+    bytes: &[u8],
+    rows: usize,
+    per_row: usize,
+    r: usize,
+    out: &mut [f32],
+) {
+    let values = match ty {
+        WeightType::Q8_0 => crate::dequantize_q8_0(&q8_0_rows(bytes, rows, per_row, r, 1)),
+        _ => crate::dequantize_q4_0(&q4_0_rows(bytes, rows, per_row, r, 1)),
+    };
+    out.copy_from_slice(&values);
+}
+
+/// Row-major rows (already put back in order) through the tier's kernel.
+fn row_major_into(
+    ty: WeightType,
+    bytes: &[u8],
+    rows: usize,
+    per_row: usize,
+    x: &Activation<'_>,
+    first: usize,
+    out: &mut [f32],
+) {
+    let n = out.len();
+    match ty {
+        WeightType::Q8_0 => {
+            let blocks = q8_0_rows(bytes, rows, per_row, first, n);
+            crate::q8_0::rows_into(&crate::Serial, &blocks, per_row, x, out);
+        }
+        _ => {
+            let blocks = q4_0_rows(bytes, rows, per_row, first, n);
+            crate::q4_0::rows_into(&crate::Serial, &blocks, per_row, x, out);
+        }
+    }
+}
+
+/// `out[i] = row(start + i) . x` over an interleaved matrix, on the
+/// calling thread. A group cut by `start` or the end is computed whole and
+/// the rows asked for copied out: each row's bits never depend on where a
+/// job's ranges fall.
+pub(crate) fn rows_into(
+    ty: WeightType,
+    bytes: &[u8],
+    rows: usize,
+    per_row: usize,
+    x: &Activation<'_>,
+    start: usize,
+    out: &mut [f32],
+) {
+    let end = start + out.len();
+    let whole = rows / INTERLEAVED_ROWS * INTERLEAVED_ROWS;
+    let group_bytes = INTERLEAVED_ROWS * ty.block_bytes() * per_row;
+    let mut r = start;
+    while r < end.min(whole) {
+        let g = r / INTERLEAVED_ROWS;
+        let first = g * INTERLEAVED_ROWS;
+        let group = &bytes[g * group_bytes..][..group_bytes];
+        let to = (first + INTERLEAVED_ROWS).min(end);
+        let mut all = [0.0f32; INTERLEAVED_ROWS];
+        group_into(ty, group, per_row, x, &mut all);
+        out[r - start..to - start].copy_from_slice(&all[r - first..to - first]);
+        r = to;
+    }
+    if end > whole {
+        // The rows after the last whole group, row-major in place.
+        let from = start.max(whole);
+        row_major_into(ty, bytes, rows, per_row, x, from, &mut out[from - start..]);
+    }
+}
+
+/// One whole group's eight rows: the VNNI kernel where the tier has it,
+/// else the group put back in row-major order through the tier's kernel.
+fn group_into(
+    ty: WeightType,
+    group: &[u8],
+    per_row: usize,
+    x: &Activation<'_>,
+    out: &mut [f32; INTERLEAVED_ROWS],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if interleaving_pays(ty) {
+        // SAFETY: `interleaving_pays` holds only on the AVX-512 tier with
+        // VNNI (the tier implies AVX2, F16C and AVX-512 F/VL/BW).
+        unsafe {
+            match ty {
+                WeightType::Q8_0 => avx512::q8_0_group(group, per_row, x, out),
+                _ => avx512::q4_0_group(group, per_row, x, out),
+            }
+        }
+        return;
+    }
+    row_major_into(ty, group, INTERLEAVED_ROWS, per_row, x, 0, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{Activation, INTERLEAVED_ROWS, SCALE};
+    use crate::blocks::LANES;
+    use crate::q8_0::avx2::{prefetch_ahead, Q4_0_L2_AHEAD, Q8_0_L2_AHEAD};
+
+    /// Bytes before a group block's values: eight f16 scales.
+    const SCALES: usize = INTERLEAVED_ROWS * SCALE;
+
+    /// Eight Q8_0 rows of one interleaved group against `x`.
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 F/VL/VNNI, AVX2 and F16C.
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,f16c")]
+    pub(super) unsafe fn q8_0_group(
+        group: &[u8],
+        per_row: usize,
+        x: &Activation<'_>,
+        out: &mut [f32; INTERLEAVED_ROWS],
+    ) {
+        const GROUP_BLOCK: usize = INTERLEAVED_ROWS * 34;
+        assert!(group.len() >= per_row * GROUP_BLOCK);
+        let block = |b: usize| {
+            let at = group[b * GROUP_BLOCK..].as_ptr();
+            prefetch_ahead::<Q8_0_L2_AHEAD>(at, GROUP_BLOCK);
+            let xs = x.q[b].qs.as_ptr().cast::<i32>();
+            // Two chains of four: integer sums, exact in any order.
+            let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            for c in (0..8).step_by(2) {
+                // SAFETY: bytes SCALES + 32c.. + 64 of the group block
+                // (c + 1 < 8), inside `group` (asserted); dwords `c`,
+                // `c + 1` of a 32-byte block.
+                let (w0, w1, x0, x1) = unsafe {
+                    (
+                        _mm256_loadu_si256(at.add(SCALES + 32 * c).cast()),
+                        _mm256_loadu_si256(at.add(SCALES + 32 * (c + 1)).cast()),
+                        xs.add(c).read_unaligned(),
+                        xs.add(c + 1).read_unaligned(),
+                    )
+                };
+                s0 = _mm256_dpbusd_epi32(s0, w0, _mm256_set1_epi32(x0));
+                s1 = _mm256_dpbusd_epi32(s1, w1, _mm256_set1_epi32(x1));
+            }
+            // `w + 128` times `x`, less `128 * sum(x)`: the exact sums.
+            let biased = _mm256_add_epi32(s0, s1);
+            (
+                _mm256_sub_epi32(biased, _mm256_set1_epi32(x.sum[b] << 7)),
+                at,
+            )
+        };
+        // SAFETY: the features, by this function's contract; each group
+        // block starts with its 16 bytes of scales.
+        unsafe { accumulate(per_row, x, out, block) }
+    }
+
+    /// Eight Q4_0 rows of one interleaved group against `x`.
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 F/VL/VNNI, AVX2 and F16C.
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,f16c")]
+    pub(super) unsafe fn q4_0_group(
+        group: &[u8],
+        per_row: usize,
+        x: &Activation<'_>,
+        out: &mut [f32; INTERLEAVED_ROWS],
+    ) {
+        const GROUP_BLOCK: usize = INTERLEAVED_ROWS * 18;
+        assert!(group.len() >= per_row * GROUP_BLOCK);
+        let low = _mm256_set1_epi8(0x0f);
+        let block = |b: usize| {
+            let at = group[b * GROUP_BLOCK..].as_ptr();
+            prefetch_ahead::<Q4_0_L2_AHEAD>(at, GROUP_BLOCK);
+            let xs = x.q[b].qs.as_ptr().cast::<i32>();
+            let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            for c in 0..4 {
+                // SAFETY: bytes SCALES + 32c.. + 32 of the group block
+                // (c < 4), inside `group` (asserted); dwords `c` and
+                // `c + 4` of a 32-byte block.
+                let (w, x_low, x_high) = unsafe {
+                    (
+                        _mm256_loadu_si256(at.add(SCALES + 32 * c).cast()),
+                        xs.add(c).read_unaligned(),
+                        xs.add(c + 4).read_unaligned(),
+                    )
+                };
+                // Byte j: value j low, value j + 16 high, each 0..=15.
+                let lo = _mm256_and_si256(w, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), low);
+                s0 = _mm256_dpbusd_epi32(s0, lo, _mm256_set1_epi32(x_low));
+                s1 = _mm256_dpbusd_epi32(s1, hi, _mm256_set1_epi32(x_high));
+            }
+            // Values are nibbles less 8: the sum less `8 * sum(x)`.
+            let biased = _mm256_add_epi32(s0, s1);
+            (
+                _mm256_sub_epi32(biased, _mm256_set1_epi32(x.sum[b] << 3)),
+                at,
+            )
+        };
+        // SAFETY: as for `q8_0_group`.
+        unsafe { accumulate(per_row, x, out, block) }
+    }
+
+    /// The blocks' terms into eight lanes and the tail, as the row-major
+    /// kernels add them: `block(b)` gives block `b`'s exact integer sums
+    /// (lane `r`: row `r`) and the group block's start (its scales).
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 F/VL, AVX2 and F16C; `block(b)`'s pointer has 16 readable
+    /// bytes.
+    #[target_feature(enable = "avx512f,avx512vl,avx2,f16c")]
+    #[inline]
+    unsafe fn accumulate(
+        per_row: usize,
+        x: &Activation<'_>,
+        out: &mut [f32; INTERLEAVED_ROWS],
+        mut block: impl FnMut(usize) -> (__m256i, *const u8),
+    ) {
+        assert!(x.q.len() >= per_row && x.d.len() >= per_row && x.sum.len() >= per_row);
+        let body = per_row / LANES * LANES;
+        // Lane `r` of `acc[k]`: row `r`'s sum over blocks `b = k mod 8`,
+        // as the row-major kernels' lane `k`.
+        let mut acc = [_mm256_setzero_ps(); LANES];
+        let mut tail = [_mm256_setzero_ps(); LANES];
+        for b in 0..per_row {
+            let (sumi, at) = block(b);
+            // SAFETY: the group block's first 16 bytes: eight f16 scales
+            // (this function's contract).
+            let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(at.cast()) });
+            let term = _mm256_mul_ps(
+                _mm256_cvtepi32_ps(sumi),
+                _mm256_mul_ps(dw, _mm256_set1_ps(x.d[b])),
+            );
+            if b < body {
+                acc[b % LANES] = _mm256_add_ps(acc[b % LANES], term);
+            } else {
+                tail[b - body] = term;
+            }
+        }
+        let spill = |v: __m256| {
+            let mut a = [0.0f32; LANES];
+            // SAFETY: eight f32 into an eight-f32 array.
+            unsafe { _mm256_storeu_ps(a.as_mut_ptr(), v) };
+            a
+        };
+        let (lanes, tails) = (acc.map(spill), tail.map(spill));
+        for (r, o) in out.iter_mut().enumerate() {
+            let l: [f32; LANES] = std::array::from_fn(|k| lanes[k][r]);
+            // `lanes::reduce_ps`'s order, then the tail in block order.
+            let mut result = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+            for t in &tails[..per_row - body] {
+                result += t[r];
+            }
+            *o = result;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::random::XorShift;
+    use crate::{quantize_q4_0, quantize_q8_0, PreparedInput, Weights};
+
+    fn row_major_bytes(ty: WeightType, values: &[f32]) -> Vec<u8> {
+        let block = |d: half::f16, qs: &[u8]| {
+            let mut v = d.to_bits().to_le_bytes().to_vec();
+            v.extend_from_slice(qs);
+            v
+        };
+        match ty {
+            WeightType::Q8_0 => quantize_q8_0(values)
+                .iter()
+                .flat_map(|b| block(b.d, &b.qs.map(|q| q as u8)))
+                .collect(),
+            _ => quantize_q4_0(values)
+                .iter()
+                .flat_map(|b| block(b.d, &b.qs))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn interleaved_rows_give_the_row_major_bits_for_any_range() {
+        let mut rng = XorShift(0x5eed);
+        for ty in [WeightType::Q8_0, WeightType::Q4_0] {
+            // Whole groups, a partial last group, fewer rows than a group;
+            // blocks per row with and without a tail past the eights.
+            for (rows, cols) in [(16, 256), (21, 288), (5, 64), (40, 768), (9, 32)] {
+                let values: Vec<f32> = (0..rows * cols).map(|_| rng.uniform()).collect();
+                let row_major = row_major_bytes(ty, &values);
+                let mut interleaved = row_major.clone();
+                interleave_rows(ty, &mut interleaved, rows, cols).unwrap();
+                let x: Vec<f32> = (0..cols).map(|_| rng.uniform() * 3.0).collect();
+                let input = PreparedInput::new(&x, [ty]);
+                let plain = Weights::new(ty, rows, cols, &row_major).unwrap();
+                let mut want = vec![0.0f32; rows];
+                plain.rows_into(&input, 0, &mut want);
+                let w = Weights::interleaved(ty, rows, cols, &interleaved).unwrap();
+                assert!(w.is_interleaved() && !plain.is_interleaved());
+                for start in 0..rows {
+                    for end in start + 1..=rows {
+                        let mut got = vec![0.0f32; end - start];
+                        w.rows_into(&input, start, &mut got);
+                        let want = &want[start..end];
+                        assert!(
+                            got.iter()
+                                .zip(want)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{ty} {rows} x {cols}, rows {start}..{end}: {got:?} against {want:?}"
+                        );
+                    }
+                }
+                for r in 0..rows {
+                    let (mut got, mut want) = (vec![0.0f32; cols], vec![0.0f32; cols]);
+                    w.row_into(r, &mut got);
+                    plain.row_into(r, &mut want);
+                    assert_eq!(got, want, "{ty} row {r} of {rows} x {cols}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_whole_q8_0_and_q4_0_matrices_are_interleaved() {
+        let mut bytes = vec![0u8; 34 * 3];
+        let q8_0 = WeightType::Q8_0;
+        assert!(matches!(
+            interleave_rows(q8_0, &mut bytes, 3, 33),
+            Err(WeightsError::PartialBlock { .. })
+        ));
+        assert!(matches!(
+            interleave_rows(q8_0, &mut bytes, 4, 32),
+            Err(WeightsError::Size { .. })
+        ));
+        assert!(interleave_rows(q8_0, &mut bytes, 3, 32).is_ok());
+        let err = interleave_rows(WeightType::Q4_K, &mut bytes, 3, 32).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Q4_K rows are not interleaved (Q8_0 and Q4_0 are)"
+        );
+        assert!(Weights::interleaved(WeightType::F32, 1, 1, &[0; 4]).is_err());
+    }
+}
