@@ -1,6 +1,7 @@
 //! GB/s of weights streamed: serial vs pool vs rayon, next to the read
 //! ceiling of the same bytes, for matrices past, in and well inside the LLC;
-//! and `run_many` of three matrices vs three `run_rows`.
+//! `run_many` of three matrices vs three `run_rows`; and Q8_0 and Q4_0 rows
+//! interleaved by eight against row-major on one decode-shaped matrix.
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
@@ -12,8 +13,8 @@ use pool_benches::{rayon_matvec_f32, read_ceiling};
 use pool_core::Pool;
 use pool_matvec::decode::XorShift;
 use pool_matvec::{
-    matvec_f32_fast, matvec_q4_0, matvec_q8_0, matvec_rows, quantize_q4_0, quantize_q8_0,
-    BlockQ4_0, BlockQ8_0, RowParallel,
+    interleave_rows, matvec_f32_fast, matvec_q4_0, matvec_q8_0, matvec_rows, quantize_q4_0,
+    quantize_q8_0, BlockQ4_0, BlockQ8_0, PreparedInput, RowParallel, WeightType, Weights,
 };
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
@@ -116,5 +117,47 @@ fn fused_qkv(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, matvec, fused_qkv);
+/// stories110M's gate (2048 x 768; 1.7 MB in Q8_0, from L2 or L3) on one
+/// thread: the row-major kernels against the interleaved layout
+/// (`pool_matvec::interleave_rows`; the VNNI kernels where the CPU has
+/// them, elsewhere the row-major kernel after putting each group back).
+fn interleaved_rows(c: &mut Criterion) {
+    let mut group = c.benchmark_group("interleaved_2048x768");
+    group
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(300));
+    let (rows, cols) = (2048, 768);
+    let (w, x) = (random(rows * cols, 3), random(cols, 4));
+    let block = |d: half::f16, qs: &[u8]| {
+        let mut v = d.to_bits().to_le_bytes().to_vec();
+        v.extend_from_slice(qs);
+        v
+    };
+    let q8_0: Vec<u8> = quantize_q8_0(&w)
+        .iter()
+        .flat_map(|b| block(b.d, &b.qs.map(|q| q as u8)))
+        .collect();
+    let q4_0: Vec<u8> = quantize_q4_0(&w)
+        .iter()
+        .flat_map(|b| block(b.d, &b.qs))
+        .collect();
+    let mut out = vec![0.0f32; rows];
+    for (ty, row_major) in [(WeightType::Q8_0, q8_0), (WeightType::Q4_0, q4_0)] {
+        let mut interleaved = row_major.clone();
+        interleave_rows(ty, &mut interleaved, rows, cols).unwrap();
+        let input = PreparedInput::new(&x, [ty]);
+        group.throughput(Throughput::Bytes(row_major.len() as u64));
+        let plain = Weights::new(ty, rows, cols, &row_major).unwrap();
+        group.bench_function(format!("{ty}_row_major"), |b| {
+            b.iter(|| plain.rows_into(&input, 0, &mut out))
+        });
+        let grouped = Weights::interleaved(ty, rows, cols, &interleaved).unwrap();
+        group.bench_function(format!("{ty}_interleaved"), |b| {
+            b.iter(|| grouped.rows_into(&input, 0, &mut out))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, matvec, fused_qkv, interleaved_rows);
 criterion_main!(benches);

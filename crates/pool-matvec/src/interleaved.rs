@@ -369,7 +369,7 @@ mod avx512 {
             // `w + 128` times `x`, less `128 * sum(x)`: the exact sums.
             let biased = _mm256_add_epi32(s0, s1);
             (
-                _mm256_sub_epi32(biased, _mm256_set1_epi32(x.sum[b] << 7)),
+                _mm256_sub_epi32(biased, _mm256_slli_epi32::<7>(_mm256_set1_epi32(x.sum[b]))),
                 at,
             )
         };
@@ -418,7 +418,7 @@ mod avx512 {
             // Values are nibbles less 8: the sum less `8 * sum(x)`.
             let biased = _mm256_add_epi32(s0, s1);
             (
-                _mm256_sub_epi32(biased, _mm256_set1_epi32(x.sum[b] << 3)),
+                _mm256_sub_epi32(biased, _mm256_slli_epi32::<3>(_mm256_set1_epi32(x.sum[b]))),
                 at,
             )
         };
