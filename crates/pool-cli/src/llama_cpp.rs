@@ -13,6 +13,12 @@
 //! Rates: `pool decode` reports tokens per second after the first token;
 //! `llama-bench -p 0 -n N` reports N tokens over their time after its own
 //! warm-up run. Both decode from an empty context, greedily.
+//!
+//! Each comparison measures the CPU time neither program used (other
+//! processes, and the hypervisor's `steal`), counting the children it
+//! waited for as its own; above 5 % of the CPUs its line says the figures
+//! are not results (a host that took 17 % of the CPUs' time made every
+//! 2-thread decode, both programs', slower than its 1-thread one).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,7 +26,7 @@ use std::process::Command;
 use pool_benches::Stats;
 use serde::Serialize;
 
-use crate::measure::Summary;
+use crate::measure::{Contamination, Summary};
 
 /// The files compared, in `target/llama.cpp/models/`.
 const GGUF: [&str; 5] = [
@@ -46,6 +52,9 @@ pub(crate) struct Comparison {
     pool_vs_peer: f64,
     /// `pool decode`'s share of its bandwidth bound (median over rounds).
     pool_share_of_bound: f64,
+    /// CPU time neither program used during the rounds (null where /proc
+    /// cannot be read); `contaminated`: the figures are not results.
+    contamination: Option<Contamination>,
 }
 
 /// The JSON object of `pool bench --llama-cpp --json`.
@@ -151,6 +160,7 @@ fn compare(
     peer_round: &dyn Fn() -> Result<f64, String>,
 ) -> Result<Comparison, String> {
     let (mut pool, mut other, mut shares) = (Vec::new(), Vec::new(), Vec::new());
+    let meter = pool_topo::CpuMeter::start_counting_children();
     for _ in 0..rounds {
         let (rate, share) = pool_round(model, threads, steps)?;
         pool.push(rate);
@@ -158,7 +168,13 @@ fn compare(
         other.push(peer_round()?);
     }
     let (pool, other, share) = (Stats::of(pool), Stats::of(other), Stats::of(shares));
+    let contamination = meter.and_then(|m| m.foreign()).map(|f| Contamination {
+        foreign_cpus: f.cpus,
+        share_of_cpus: f.share,
+        contaminated: f.contaminated(),
+    });
     Ok(Comparison {
+        contamination,
         model: model
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
@@ -234,8 +250,16 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
             match compare(&model, t, steps, rounds, peer, &peer_round) {
                 Ok(c) => {
                     if !json {
+                        let disturbed = match c.contamination {
+                            Some(d) if d.contaminated => format!(
+                                "  NOT A RESULT: {:.2} CPUs went to other processes or the \
+                                 hypervisor",
+                                d.foreign_cpus
+                            ),
+                            _ => String::new(),
+                        };
                         println!(
-                            "  {:<28} {t} thread{} pool {:>8.1} tokens/s  {peer} {:>8.1}  pool/{peer} {:.2}x  ({:.0} % of the bound)",
+                            "  {:<28} {t} thread{} pool {:>8.1} tokens/s  {peer} {:>8.1}  pool/{peer} {:.2}x  ({:.0} % of the bound){disturbed}",
                             c.model,
                             if t == 1 { " " } else { "s" },
                             c.pool_tokens_per_s.median,
@@ -260,6 +284,19 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
     } else {
         for reason in &report.skipped {
             println!("  skipped: {reason}");
+        }
+        let disturbed = report
+            .comparisons
+            .iter()
+            .filter(|c| c.contamination.is_some_and(|d| d.contaminated))
+            .count();
+        if disturbed > 0 {
+            eprintln!(
+                "pool bench --llama-cpp: warning: {disturbed} of {} comparisons ran while other \
+                 processes or the hypervisor took over 5 % of the CPUs: those figures are not \
+                 results; measure again on a quiet machine",
+                report.comparisons.len()
+            );
         }
     }
     Ok(())

@@ -10,6 +10,8 @@ pub struct CpuMeter {
     start: Instant,
     busy_s: f64,
     own_s: f64,
+    /// Whether child processes this one waited for count as its own.
+    children: bool,
 }
 
 /// What other processes used over a measurement.
@@ -39,7 +41,22 @@ impl CpuMeter {
         Some(CpuMeter {
             start: Instant::now(),
             busy_s: machine_busy_seconds()?,
-            own_s: own_cpu_seconds()?,
+            own_s: own_cpu_seconds(false)?,
+            children: false,
+        })
+    }
+
+    /// [`CpuMeter::start`] for a measurement made by child processes
+    /// (a benchmark running programs side by side): the CPU time of the
+    /// children it has waited for counts as its own, so what is left is
+    /// other processes' and the hypervisor's (`steal`). A child still
+    /// running when [`CpuMeter::foreign`] reads counts as foreign.
+    pub fn start_counting_children() -> Option<CpuMeter> {
+        Some(CpuMeter {
+            start: Instant::now(),
+            busy_s: machine_busy_seconds()?,
+            own_s: own_cpu_seconds(true)?,
+            children: true,
         })
     }
 
@@ -53,7 +70,7 @@ impl CpuMeter {
             return None;
         }
         let busy = machine_busy_seconds()? - self.busy_s;
-        let own = own_cpu_seconds()? - self.own_s;
+        let own = own_cpu_seconds(self.children)? - self.own_s;
         let cpus = ((busy - own) / wall).max(0.0);
         Some(ForeignCpu {
             cpus,
@@ -94,8 +111,9 @@ pub fn parse_busy_ticks(stat: &str) -> Option<u64> {
     Some(at(0) + at(1) + at(2) + at(5) + at(6) + at(7))
 }
 
-/// This process's user and system CPU seconds (`/proc/self/stat`).
-fn own_cpu_seconds() -> Option<f64> {
+/// This process's user and system CPU seconds (`/proc/self/stat`), with
+/// those of the children it waited for if `children`.
+fn own_cpu_seconds(children: bool) -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // Fields after the `(comm)`, which may hold spaces: utime is field 14,
     // stime 15, counted from 1 with pid first.
@@ -103,7 +121,13 @@ fn own_cpu_seconds() -> Option<f64> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) as f64 / ticks_per_second())
+    // cutime and cstime, fields 16 and 17.
+    let waited_for: u64 = if children {
+        fields.get(13)?.parse::<u64>().ok()? + fields.get(14)?.parse::<u64>().ok()?
+    } else {
+        0
+    };
+    Some((utime + stime + waited_for) as f64 / ticks_per_second())
 }
 
 #[cfg(test)]
@@ -132,7 +156,7 @@ mod tests {
             .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
             .count() as f64;
         let meter = CpuMeter::start().expect("/proc is readable here");
-        let own_before = own_cpu_seconds().unwrap();
+        let own_before = own_cpu_seconds(false).unwrap();
         let started = Instant::now();
         let until = started + std::time::Duration::from_millis(200);
         std::thread::scope(|s| {
@@ -145,13 +169,42 @@ mod tests {
             }
         });
         let foreign = meter.foreign().unwrap();
-        let own = (own_cpu_seconds().unwrap() - own_before) / started.elapsed().as_secs_f64();
+        let own = (own_cpu_seconds(false).unwrap() - own_before) / started.elapsed().as_secs_f64();
         assert!(own > 0.1, "we spun, yet own time reads {own:.2} CPUs");
         assert!(
             foreign.cpus + own <= machine_cpus + 0.3,
             "foreign {:.2} + own {own:.2} CPUs on a {machine_cpus}-CPU machine: our own time \
              counted as foreign",
             foreign.cpus
+        );
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_waited_for_childs_work_is_not_foreign_when_children_count() {
+        let children = || own_cpu_seconds(true).unwrap() - own_cpu_seconds(false).unwrap();
+        let plain = CpuMeter::start().expect("/proc is readable here");
+        let counting = CpuMeter::start_counting_children().unwrap();
+        let (before, started) = (children(), Instant::now());
+        // A shell counting for a few tenths of a second, waited for.
+        let status = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"])
+            .status()
+            .expect("sh runs");
+        assert!(status.success());
+        let child = (children() - before) / started.elapsed().as_secs_f64();
+        let (p, c) = (plain.foreign().unwrap(), counting.foreign().unwrap());
+        assert!(child > 0.1, "the child kept a CPU busy: {child:.2}");
+        assert!(
+            p.cpus >= child - 0.1,
+            "without counting children, the child is foreign: {:.2} CPUs, child {child:.2}",
+            p.cpus
+        );
+        assert!(
+            c.cpus <= p.cpus - child + 0.1,
+            "counting children, the child is ours: {:.2} CPUs foreign against {:.2} - {child:.2}",
+            c.cpus,
+            p.cpus
         );
     }
 }
