@@ -324,6 +324,7 @@ impl Model {
             .filter(|m| m.interleaved)
             .map(|m| m.offset)
             .collect();
+        offsets.sort_unstable();
         offsets.dedup();
         offsets.len()
     }
@@ -372,9 +373,11 @@ impl Model {
             })?,
         }
         let rearranged = |m: &mut MatrixRef| {
+            // The same tensor (a tied output and embedding), not another
+            // that a crafted file placed on the same bytes.
             if targets
                 .iter()
-                .any(|t| t.offset == m.offset && t.len == m.len)
+                .any(|t| t.offset == m.offset && t.len == m.len && t.ty == m.ty)
             {
                 m.interleaved = true;
             }
