@@ -94,24 +94,27 @@ fn value_bytes(ty: WeightType) -> (usize, u8) {
 /// The result is read with [`crate::Weights::interleaved`].
 ///
 /// ```
-/// use pool_matvec::{interleave_rows, quantize_q8_0, PreparedInput, WeightType, Weights};
+/// use pool_matvec::{
+///     interleave_rows, matvec_q8_0, quantize_q8_0, PreparedInput, Serial, WeightType, Weights,
+/// };
 ///
 /// let (rows, cols) = (20, 64);
 /// let values: Vec<f32> = (0..rows * cols).map(|i| (i % 7) as f32 - 3.0).collect();
-/// let mut bytes: Vec<u8> = quantize_q8_0(&values).iter().flat_map(|b| {
+/// let blocks = quantize_q8_0(&values);
+/// // The blocks as a file holds them: f16 scale, then 32 values.
+/// let mut bytes: Vec<u8> = blocks.iter().flat_map(|b| {
 ///     let mut v = b.d.to_bits().to_le_bytes().to_vec();
 ///     v.extend(b.qs.iter().map(|&q| q as u8));
 ///     v
 /// }).collect();
-/// let row_major = bytes.clone();
 /// interleave_rows(WeightType::Q8_0, &mut bytes, rows, cols).unwrap();
 ///
 /// let x: Vec<f32> = (0..cols).map(|i| i as f32 / 10.0).collect();
+/// let (mut want, mut got) = (vec![0.0; rows], vec![0.0; rows]);
+/// matvec_q8_0(Serial, &blocks, &x, &mut want);
 /// let input = PreparedInput::new(&x, [WeightType::Q8_0]);
-/// let (mut a, mut b) = (vec![0.0; rows], vec![0.0; rows]);
-/// Weights::new(WeightType::Q8_0, rows, cols, &row_major).unwrap().rows_into(&input, 0, &mut a);
-/// Weights::interleaved(WeightType::Q8_0, rows, cols, &bytes).unwrap().rows_into(&input, 0, &mut b);
-/// assert_eq!(a, b);
+/// Weights::interleaved(WeightType::Q8_0, rows, cols, &bytes).unwrap().rows_into(&input, 0, &mut got);
+/// assert_eq!(got, want);
 /// ```
 ///
 /// # Errors
@@ -519,12 +522,18 @@ mod tests {
             };
             for &(rows, cols) in shapes {
                 let values: Vec<f32> = (0..rows * cols).map(|_| rng.uniform()).collect();
-                let row_major = row_major_bytes(ty, &values);
-                let mut interleaved = row_major.clone();
+                let bytes = row_major_bytes(ty, &values);
+                // Row-major `Weights` need their blocks' 2-byte alignment,
+                // which a `Vec<u8>` does not promise (Miri's does not give it).
+                let mut aligned = vec![0u8; bytes.len() + 1];
+                let at = aligned.as_ptr() as usize % 2;
+                aligned[at..at + bytes.len()].copy_from_slice(&bytes);
+                let row_major = &aligned[at..at + bytes.len()];
+                let mut interleaved = bytes.clone();
                 interleave_rows(ty, &mut interleaved, rows, cols).unwrap();
                 let x: Vec<f32> = (0..cols).map(|_| rng.uniform() * 3.0).collect();
                 let input = PreparedInput::new(&x, [ty]);
-                let plain = Weights::new(ty, rows, cols, &row_major).unwrap();
+                let plain = Weights::new(ty, rows, cols, row_major).unwrap();
                 let mut want = vec![0.0f32; rows];
                 plain.rows_into(&input, 0, &mut want);
                 let w = Weights::interleaved(ty, rows, cols, &interleaved).unwrap();
