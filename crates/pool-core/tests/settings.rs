@@ -527,8 +527,9 @@ fn a_caller_that_withdraws_from_a_worker_queued_on_its_own_cpu_moves_it_off() {
 /// wait yielded to its pinned worker used to step off its CPU, onto the
 /// other caller's: the two callers then shared one CPU, both cache-hot,
 /// while the pinned worker's CPU went idle (0.84-0.93x two serial loops).
-/// Beside another busy caller it stays; once that caller is gone it steps
-/// off as before, which shows the yielding waits happen here at all.
+/// Beside another busy caller it stays (in all but a few jobs: see the
+/// assertion); once that caller is gone it steps off as before, which shows
+/// the yielding waits happen here at all.
 #[test]
 #[cfg(target_os = "linux")]
 fn a_caller_does_not_step_off_onto_the_cpu_of_another_busy_caller() {
@@ -576,8 +577,8 @@ fn a_caller_does_not_step_off_onto_the_cpu_of_another_busy_caller() {
         eprintln!(
             "caller moves: {with_other} beside another caller, {alone} alone; foreign load {foreign:.2} CPUs"
         );
-        if alone == 0 {
-            eprintln!("no wait yielded to the pinned worker: setting not reached");
+        if alone < 20 {
+            eprintln!("{alone} of 200 waits yielded to the pinned worker: setting not reached");
             return;
         }
         if foreign > 0.5 {
@@ -586,9 +587,17 @@ fn a_caller_does_not_step_off_onto_the_cpu_of_another_busy_caller() {
             eprintln!("other processes kept a CPU busy: not judged");
             return;
         }
-        assert_eq!(
-            with_other, 0,
-            "the caller stepped off onto the other caller's CPU {with_other} times in 200 jobs"
+        // Not zero: the other caller counts as busy from its last dispatch
+        // for one linger (2 ms), and a thread preempted between two jobs
+        // for longer looks idle. Under ThreadSanitizer on a slow 2-vCPU
+        // host that happened in 17 of 200 jobs (177 alone); in a debug
+        // build beside a Miri run, 1 (200 alone). Stepping off regardless
+        // of the other caller, the bug this pins, moves in about as many
+        // jobs as alone.
+        assert!(
+            with_other * 4 <= alone,
+            "the caller stepped off onto the other caller's CPU {with_other} times in 200 jobs \
+             ({alone} alone)"
         );
     });
 }
