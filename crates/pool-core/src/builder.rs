@@ -314,8 +314,10 @@ impl PoolBuilder {
         }
         crate::fork::register_handler();
         let policy = self.spin.unwrap_or_else(spin_policy_from_env);
-        let cpus = self.assume_cpus.unwrap_or_else(usable_cpus).max(1);
-        let quota_bounded = self.assume_cpus.is_none() && quota_bounded();
+        let (cpus, quota_bounded) = match self.assume_cpus {
+            Some(cpus) => (cpus.max(1), false),
+            None => usable_cpus(),
+        };
         let oversubscribed = self.workers + 1 > cpus;
         #[allow(unused_mut)]
         let mut shared = Shared::new(self.workers, policy, cpus, quota_bounded, self.contexts);
@@ -420,17 +422,22 @@ impl PoolBuilder {
     }
 }
 
-/// CPUs this process may use: the affinity mask, bounded by the cgroup
-/// quota. Under loom the machine is mocked as never oversubscribed unless a
-/// model says otherwise with `assume_cpus`.
+/// CPUs this process may use (the affinity mask, bounded by the cgroup
+/// quota, as `pool_topo::usable_cpus`) and whether the quota is the
+/// tighter bound, from one read of each. Under loom the machine is mocked
+/// as never oversubscribed unless a model says otherwise with
+/// `assume_cpus`.
 #[cfg(not(loom))]
-fn usable_cpus() -> usize {
-    pool_topo::usable_cpus()
+fn usable_cpus() -> (usize, bool) {
+    let allowed = pool_topo::process_affinity_cpus().len();
+    let quota = pool_topo::quota_cpus();
+    let usable = quota.map_or(allowed, |quota| allowed.min(quota)).max(1);
+    (usable, quota.is_some_and(|quota| quota < allowed))
 }
 
 #[cfg(loom)]
-fn usable_cpus() -> usize {
-    usize::MAX
+fn usable_cpus() -> (usize, bool) {
+    (usize::MAX, false)
 }
 
 /// The CPUs an unpinned worker should run on, when the constructing thread
@@ -447,17 +454,6 @@ fn cpus_to_widen_to() -> Option<Vec<usize>> {
 #[cfg(not(all(any(target_os = "linux", target_os = "android"), not(loom), not(miri))))]
 fn cpus_to_widen_to() -> Option<Vec<usize>> {
     None
-}
-
-/// Whether a cgroup CPU quota is tighter than the affinity set.
-#[cfg(not(loom))]
-fn quota_bounded() -> bool {
-    pool_topo::quota_cpus().is_some_and(|quota| quota < pool_topo::process_affinity_cpus().len())
-}
-
-#[cfg(loom)]
-fn quota_bounded() -> bool {
-    false
 }
 
 /// Worker registration: every worker's tid recorded before `build` returns.

@@ -38,8 +38,15 @@ mod imp {
         }
     }
 
-    /// Spins are counted in real iterations outside loom.
+    /// Spins are counted in real iterations outside loom and Miri.
+    #[cfg(not(miri))]
     pub(crate) const SPIN_SCALE_SHIFT: u32 = 0;
+    /// Under Miri a spinning thread takes interpreter time from the one
+    /// doing the work (it runs one thread at a time): budgets are divided
+    /// by 2^4, so a budget of 4000 spins 250 times before parking. Both
+    /// paths, the spin and the park, still run.
+    #[cfg(miri)]
+    pub(crate) const SPIN_SCALE_SHIFT: u32 = 4;
 }
 
 #[cfg(loom)]

@@ -274,7 +274,7 @@ fn concurrent_constructors_of_different_sizes_each_get_their_own_workers() {
 fn dropping_a_pool_right_after_construction_or_while_parked_does_not_hang() {
     watched("drop", |stage| {
         stage.set("drop right after construction");
-        for workers in 0..6 {
+        for workers in 0..if cfg!(miri) { 3 } else { 6 } {
             drop(Pool::with_spin(workers, 4000));
             drop(Pool::with_spin(workers, 0));
         }

@@ -312,7 +312,7 @@ fn binding_an_adaptive_pool_from_outside_any_job_reaches_every_worker() {
         // workers and fail with a false "called from inside a job".
         let workers = pool_topo::usable_cpus().max(2);
         let pool = Pool::new(workers);
-        for round in 0..10 {
+        for round in 0..if cfg!(miri) { 3 } else { 10 } {
             stage.set(format!("round {round}"));
             pool.bind_two_nodes(&fake_plan_for(workers))
                 .unwrap_or_else(|err| panic!("bind, round {round}: {err}"));
