@@ -11,8 +11,9 @@ use pool_matvec::decode::{
     DecodeConfig, DecodeExecutor, DecodeModel, Serial, WeightFormat, XorShift,
 };
 use pool_matvec::{
-    matvec_f32_fast, matvec_q4_0_prepared, matvec_q8_0_prepared, quantize_q8_0, BlockQ4_0,
-    BlockQ8_0, QK4_0, QK8_0,
+    interleave_rows, interleaving_pays, matvec_f32_fast, matvec_q4_0_prepared,
+    matvec_q8_0_prepared, quantize_q8_0, BlockQ4_0, BlockQ8_0, PreparedInput, RowsInto, WeightType,
+    Weights, QK4_0, QK8_0,
 };
 use serde::Serialize;
 
@@ -96,6 +97,20 @@ struct Bandwidth {
     q4_0_rayon_gbs: Summary,
     q4_0_serial_gbs: Summary,
     q4_0_pool_pct_of_ceiling: f64,
+    /// Where rows interleaved by eight pay (`pool_matvec::interleaving_pays`:
+    /// AVX-512 VNNI), the same matrices so rearranged, as `pool decode`
+    /// reads them here: the pool's matvec and the read of the same bytes,
+    /// in rounds of their own after the row-major ones. `None` elsewhere
+    /// (decode then runs the row-major kernels above).
+    q8_0_interleaved: Option<InterleavedLine>,
+    q4_0_interleaved: Option<InterleavedLine>,
+}
+
+#[derive(Serialize)]
+struct InterleavedLine {
+    pool_gbs: Summary,
+    read_ceiling_gbs: Summary,
+    pool_pct_of_ceiling: f64,
 }
 
 /// Random Q8_0 blocks: any byte, scales in +-1/64 (no float work to make).
@@ -284,6 +299,43 @@ fn gbs_once(bytes: usize, f: impl FnOnce()) -> f64 {
     bytes as f64 / start.elapsed().as_nanos() as f64
 }
 
+/// The pool's matvec over `bytes` (a `ty` matrix of `shape`) rearranged
+/// into rows interleaved by eight, where that pays, timed in alternating
+/// rounds with the parallel read of the same bytes.
+fn interleaved_line(
+    pool: &Pool,
+    samples: usize,
+    ty: WeightType,
+    bytes: &mut [u8],
+    [rows, cols]: [usize; 2],
+    x: &[f32],
+) -> Option<InterleavedLine> {
+    if !interleaving_pays(ty) {
+        return None;
+    }
+    interleave_rows(ty, bytes, rows, cols).expect("the bench matrices are whole Q8_0/Q4_0 rows");
+    let bytes: &[u8] = bytes;
+    let w = Weights::interleaved(ty, rows, cols, bytes).expect("just interleaved");
+    let input = PreparedInput::new(x, [ty]);
+    let mut out = vec![0.0f32; rows];
+    let read = read_ceiling_bytes_len(bytes);
+    let mut runs: [Vec<f64>; 2] = Default::default();
+    for _ in 0..samples {
+        runs[0].push(gbs_once(bytes.len(), || {
+            pool.run_rows_into(&mut out, |start, rows| w.rows_into(&input, start, rows))
+        }));
+        runs[1].push(gbs_once(read, || {
+            std::hint::black_box(read_ceiling_bytes(Some(pool), bytes));
+        }));
+    }
+    let [pool_gbs, read_ceiling_gbs] = runs.map(|r| Summary::from(Stats::of(r)));
+    Some(InterleavedLine {
+        pool_gbs,
+        read_ceiling_gbs,
+        pool_pct_of_ceiling: 100.0 * pool_gbs.median / read_ceiling_gbs.median,
+    })
+}
+
 pub(crate) fn measure(quick: bool) -> BenchReport {
     let cpus = pool_topo::usable_cpus();
     let participants = cpus.max(2);
@@ -393,8 +445,9 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
     let (q4_rows, q4_cols) = if quick { (4096, 4096) } else { (262144, 4096) };
     let q8 = random_q8_0(q8_rows * q8_cols / QK8_0, &mut rng);
     let q4 = random_q4_0(q4_rows * q4_cols / QK4_0, &mut rng);
-    let q8_x = quantize_q8_0(&(0..q8_cols).map(|_| rng.uniform()).collect::<Vec<f32>>());
-    let q4_x = quantize_q8_0(&(0..q4_cols).map(|_| rng.uniform()).collect::<Vec<f32>>());
+    let q8_x_f32: Vec<f32> = (0..q8_cols).map(|_| rng.uniform()).collect();
+    let q4_x_f32: Vec<f32> = (0..q4_cols).map(|_| rng.uniform()).collect();
+    let (q8_x, q4_x) = (quantize_q8_0(&q8_x_f32), quantize_q8_0(&q4_x_f32));
     let (q8_bytes, q4_bytes) = (
         q8.len() * std::mem::size_of::<BlockQ8_0>(),
         q4.len() * std::mem::size_of::<BlockQ4_0>(),
@@ -443,7 +496,34 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
             matvec_q4_0_prepared(None, &q4, &q4_x, &mut q4_out)
         }));
     }
-    drop((w, q8, q4));
+    drop(w);
+    let (mut q8, mut q4) = (q8, q4);
+    // SAFETY: as for `q8_raw` above (the shared views ended with the
+    // rounds); the blocks' bytes are rearranged in place, any bytes being
+    // valid blocks.
+    let (q8_bytes_mut, q4_bytes_mut) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(q8.as_mut_ptr().cast::<u8>(), q8_bytes),
+            std::slice::from_raw_parts_mut(q4.as_mut_ptr().cast::<u8>(), q4_bytes),
+        )
+    };
+    let q8_0_interleaved = interleaved_line(
+        &pool,
+        bw_samples,
+        WeightType::Q8_0,
+        q8_bytes_mut,
+        [q8_rows, q8_cols],
+        &q8_x_f32,
+    );
+    let q4_0_interleaved = interleaved_line(
+        &pool,
+        bw_samples,
+        WeightType::Q4_0,
+        q4_bytes_mut,
+        [q4_rows, q4_cols],
+        &q4_x_f32,
+    );
+    drop((q8, q4));
     let [q8_0_pool_gbs, q8_0_rayon_gbs, q8_0_serial_gbs, q4_0_pool_gbs, q4_0_rayon_gbs, q4_0_serial_gbs, q8_0_read_ceiling_gbs, q4_0_read_ceiling_gbs] =
         q_runs.map(|r| Summary::from(Stats::of(r)));
     let bandwidth = Bandwidth {
@@ -467,6 +547,8 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         q4_0_pool_pct_of_ceiling: 100.0 * q4_0_pool_gbs.median / q4_0_read_ceiling_gbs.median,
         q8_0_read_ceiling_gbs,
         q4_0_read_ceiling_gbs,
+        q8_0_interleaved,
+        q4_0_interleaved,
     };
 
     let kernel_shapes = kernel_shapes(quick);
@@ -560,6 +642,14 @@ fn measurement_problems(r: &BenchReport) -> Vec<String> {
         ("pool Q4_0 matvec", b.q4_0_pool_pct_of_ceiling),
     ]
     .into_iter()
+    .chain(
+        [
+            ("pool Q8_0 matvec, rows interleaved", &b.q8_0_interleaved),
+            ("pool Q4_0 matvec, rows interleaved", &b.q4_0_interleaved),
+        ]
+        .into_iter()
+        .filter_map(|(what, line)| Some((what, line.as_ref()?.pool_pct_of_ceiling))),
+    )
     .filter_map(|(what, pct)| crate::measure::impossible_share(what, pct / 100.0))
     .collect();
     for k in &r.kernel_shapes {
@@ -675,7 +765,7 @@ pub(crate) fn run(quick: bool, json: bool, markdown: bool) -> Result<(), String>
         "  pool f32 at {:.0} % of the read ceiling",
         b.f32_pool_pct_of_ceiling
     );
-    for (name, shape, mb, ceiling, pool, rayon, serial, pct) in [
+    for (name, shape, mb, ceiling, pool, rayon, serial, pct, interleaved) in [
         (
             "Q8_0",
             b.q8_0_matrix,
@@ -685,6 +775,7 @@ pub(crate) fn run(quick: bool, json: bool, markdown: bool) -> Result<(), String>
             &b.q8_0_rayon_gbs,
             &b.q8_0_serial_gbs,
             b.q8_0_pool_pct_of_ceiling,
+            &b.q8_0_interleaved,
         ),
         (
             "Q4_0",
@@ -695,6 +786,7 @@ pub(crate) fn run(quick: bool, json: bool, markdown: bool) -> Result<(), String>
             &b.q4_0_rayon_gbs,
             &b.q4_0_serial_gbs,
             b.q4_0_pool_pct_of_ceiling,
+            &b.q4_0_interleaved,
         ),
     ] {
         println!(
@@ -710,6 +802,20 @@ pub(crate) fn run(quick: bool, json: bool, markdown: bool) -> Result<(), String>
             pool.median / rayon.median,
             pool.median / serial.median
         );
+        if let Some(i) = interleaved {
+            println!("  {name} rows interleaved by eight (what `pool decode` runs here):");
+            line(
+                "parallel read of the same bytes (ceiling)",
+                &i.read_ceiling_gbs,
+                "GB/s",
+            );
+            line(&format!("{name} matvec, pool"), &i.pool_gbs, "GB/s");
+            println!(
+                "  pool {name}, rows interleaved, at {:.0} % of the read ceiling; {:.2}x the row-major pool line",
+                i.pool_pct_of_ceiling,
+                i.pool_gbs.median / pool.median
+            );
+        }
     }
     for k in &r.kernel_shapes {
         println!(

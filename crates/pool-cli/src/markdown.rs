@@ -67,6 +67,18 @@ pub(crate) fn print(report: &Value, command: &str) {
             num(&b[format!("{key}_pool_pct_of_ceiling")]),
         );
     }
+    for (name, key) in [("Q8_0", "q8_0"), ("Q4_0", "q4_0")] {
+        let i = &b[format!("{key}_interleaved")];
+        if i.is_null() {
+            continue;
+        }
+        println!(
+            "| {name} matvec from DRAM, rows interleaved by eight (what decode runs here), GB/s | {:.1} | - | - | - | - | read ceiling {:.1} ({:.0} % reached) |",
+            med(&i["pool_gbs"]),
+            med(&i["read_ceiling_gbs"]),
+            num(&i["pool_pct_of_ceiling"]),
+        );
+    }
     for d in r["decode_formats"].as_array().into_iter().flatten() {
         println!(
             "| synthetic decode {}, tokens/s | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.0} dispatches per token |",
