@@ -58,9 +58,12 @@ fn no_wakeup_is_lost_with_the_adaptive_policy() {
 }
 
 /// The first failed protocol's straggler: an uninvited worker between jobs
-/// (here: spinning or parked after a full job, while limited jobs go by).
-/// With per-worker tickets it never enters a limited job, and every job runs
-/// exactly once per participant.
+/// (here: spinning or parked after a full job, while a limited job goes
+/// by). With per-worker tickets it never enters a limited job, and every
+/// job runs exactly once per participant. (One limited job: a second one
+/// made this model 290 s of the loom stage's 415 on the 2-vCPU Intel host,
+/// and adds no state the first does not reach: worker 1's ticket is not
+/// touched by either.)
 #[test]
 fn an_uninvited_worker_never_runs_a_limited_job() {
     model(|| {
@@ -77,8 +80,7 @@ fn an_uninvited_worker_never_runs_a_limited_job() {
         assert_eq!(entries.load(Ordering::Relaxed), 3);
         assert_eq!(by_worker_one.load(Ordering::Relaxed), 1);
         pool.run_limited(1, f);
-        pool.run_limited(1, f);
-        assert_eq!(entries.load(Ordering::Relaxed), 3 + 2 + 2);
+        assert_eq!(entries.load(Ordering::Relaxed), 3 + 2);
         assert_eq!(
             by_worker_one.load(Ordering::Relaxed),
             1,
