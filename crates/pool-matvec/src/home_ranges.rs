@@ -34,9 +34,41 @@ fn unpack(v: u64) -> (usize, usize) {
     ((v >> 32) as usize, (v & 0xffff_ffff) as usize)
 }
 
-/// Participant `k`'s home of `rows` over `n`, packed.
+/// Rows interleaved by eight ([`crate::INTERLEAVED_ROWS`]) are computed a
+/// group at a time, so a claim that cuts a group computes that group on
+/// both sides of the cut. Jobs of at least this many rows per participant
+/// put every home edge, claim and steal on a multiple of eight. With
+/// claims on multiples of four, a 432-row home claimed in halves (216,
+/// 108, 52, 28, ...) recomputed a group at most of its cuts: stories15M's
+/// matrices are 288 to 864 rows, 36 to 108 groups.
+const ALIGNED_ROWS_PER_PARTICIPANT: usize = 16;
+
+/// The row multiple claims keep to, where they can: eight for a job large
+/// enough that its homes stay at least two groups, else four (the
+/// row-major kernels' stride), as small jobs always had.
+fn unit_for(rows: usize, n: usize) -> usize {
+    if rows >= ALIGNED_ROWS_PER_PARTICIPANT * n {
+        crate::INTERLEAVED_ROWS
+    } else {
+        4
+    }
+}
+
+/// Participant `k`'s home of `rows` over `n`, packed: its share's edges
+/// rounded down to `unit` rows where `unit` is eight (small jobs keep the
+/// exact shares, which their loom models enumerate).
 fn home_of(k: usize, rows: usize, n: usize) -> u64 {
-    pack(k * rows / n, (k + 1) * rows / n)
+    let edge = |k: usize| {
+        let at = k * rows / n;
+        if k >= n {
+            rows
+        } else if unit_for(rows, n) == crate::INTERLEAVED_ROWS {
+            at - at % crate::INTERLEAVED_ROWS
+        } else {
+            at
+        }
+    };
+    pack(edge(k), edge(k + 1))
 }
 
 /// The rows of one job, split into one slot per participant: participant
@@ -49,6 +81,11 @@ pub(crate) struct HomeRanges {
     /// The smallest claim: what the owner takes at the end of its range,
     /// and below which a thief takes everything left.
     floor: usize,
+    /// The multiple claims are cut on ([`unit_for`]).
+    unit: usize,
+    /// The fewest rows a claim takes while more are left: a group of
+    /// eight where claims keep to groups, else one.
+    least: usize,
 }
 
 impl HomeRanges {
@@ -70,6 +107,11 @@ impl HomeRanges {
             n,
             rows,
             floor: floor.max(1),
+            unit: unit_for(rows, n),
+            least: match unit_for(rows, n) {
+                crate::INTERLEAVED_ROWS => crate::INTERLEAVED_ROWS,
+                _ => 1,
+            },
         }
     }
 
@@ -113,8 +155,7 @@ impl HomeRanges {
     }
 
     /// The owner's claim from the front of its slot: half of what is left,
-    /// at least `floor`, a multiple of 4 (the kernels' stride) when it can
-    /// be. A claim is what a thief cannot take, so a participant
+    /// at least `floor`, a multiple of `unit` when it can be. A claim is what a thief cannot take, so a participant
     /// descheduled inside one holds at most half of its home (a quarter of
     /// a 2-participant job, as the cursor's first chunk did); the stream is
     /// one however claims fall. Measured against a quarter, per token
@@ -131,8 +172,8 @@ impl HomeRanges {
                 return None;
             }
             let left = back - front;
-            let c = (left / 2).max(self.floor);
-            let c = if c >= 4 { c & !3 } else { c };
+            let c = (left / 2).max(self.floor).max(self.least);
+            let c = if c >= self.unit { c - c % self.unit } else { c };
             let end = front + c.clamp(1, left);
             if crate::sync::claim_bug() {
                 // Seeded (loom builds only): a claim by a load and a
@@ -172,12 +213,22 @@ impl HomeRanges {
                 // a share (parked, descheduled, or withdrawn), so take all
                 // of it in one ascending stream rather than in halves from
                 // the back, each a cold stream below the last.
-                let take = if left <= self.floor || v == untouched {
-                    left
+                let from = if left <= self.floor || v == untouched {
+                    front
                 } else {
-                    ((left / 2) & !3).max(1)
+                    // About the back half, from a row on `unit`: the
+                    // owner's claims end on one, so no group is cut.
+                    let half = left / 2;
+                    let from = (back - half).next_multiple_of(self.unit);
+                    if from < back {
+                        from
+                    } else if left <= self.least {
+                        // At most one group left: all of it.
+                        front
+                    } else {
+                        back - half.max(1)
+                    }
                 };
-                let from = back - take;
                 // Relaxed: as for the owner's claims.
                 match victim.compare_exchange_weak(
                     v,
@@ -247,12 +298,13 @@ mod tests {
         let ranges = HomeRanges::new(rows, 4, 8);
         let claims = claim_all(&ranges, std::iter::repeat(3), rows);
         let mine = &claims[3];
-        assert_eq!(mine[0], (750, 874), "its home first, from the front");
+        // Homes on multiples of eight: 0..248, 248..496, 496..744, 744..1000.
+        assert_eq!(mine[0], (744, 872), "its home first, from the front");
         // Its home, then homes 0, 1 and 2 whole, each from its start: one
         // ascending stream from row 0 (the homes are adjacent), never a
         // new one per steal.
         assert_eq!(breaks(mine), 1, "{mine:?}");
-        assert_eq!(mine.iter().find(|c| c.0 < 750), Some(&(0, 124)));
+        assert_eq!(mine.iter().find(|c| c.0 < 744), Some(&(0, 120)));
     }
 
     #[test]
@@ -260,13 +312,43 @@ mod tests {
         let ranges = HomeRanges::new(800, 2, 8);
         assert_eq!(ranges.next(0), Some((0, 200)), "the owner's first claim");
         // Participant 1 drains its own home, then steals: its first claim
-        // below 400 starts the back half of the owner's 200..400.
+        // below 400 starts the back half of the owner's 200..400, on a
+        // group of eight.
         let stolen = std::iter::from_fn(|| ranges.next(1)).find(|claim| claim.0 < 400);
         assert_eq!(
             stolen.map(|c| c.0),
-            Some(300),
+            Some(304),
             "half of 200..400, not all of it"
         );
+    }
+
+    #[test]
+    fn claims_of_a_large_enough_job_never_cut_a_group_of_eight_rows() {
+        for rows in [288, 864, 1001, 32000] {
+            for n in 2..=4 {
+                for floor in [1, 3, 12] {
+                    let ranges = HomeRanges::new(rows, n, floor);
+                    let order = (0..).map(|i: usize| (i * 7 + i / 3) % n);
+                    for claim in claim_all(&ranges, order, rows).concat() {
+                        for edge in [claim.0, claim.1] {
+                            assert!(
+                                edge % 8 == 0 || edge == rows,
+                                "{rows} rows, {n} participants, floor {floor}: claim {claim:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_job_keeps_exact_shares() {
+        // Five rows for two: homes 0..2 and 2..5, as the loom model of
+        // the row layer enumerates them.
+        let ranges = HomeRanges::new(5, 2, 1);
+        assert_eq!(unpack(ranges.home(0)), (0, 2));
+        assert_eq!(unpack(ranges.home(1)), (2, 5));
     }
 
     #[test]
