@@ -11,7 +11,8 @@
 //!   up and SwiGLU product are one job (each range's gate and up rows
 //!   computed together); the heads' attention is one job; the output
 //!   projection, the FFN's down projection and the classifier are one
-//!   each: `5 x layers + 1` dispatches per token, and one for the argmax.
+//!   each: `5 x layers + 1` dispatches per token. Greedy decoding folds
+//!   each range of logits into the argmax inside the classifier's job.
 //! - Each input vector is quantized once for the matrices that read it
 //!   ([`PreparedInput`]).
 //! - Every matvec has one fixed order of arithmetic for its type, every
@@ -24,7 +25,7 @@ use pool_matvec::{
 };
 
 use crate::model::{MatrixRef, Model};
-use crate::sampling::argmax_on;
+use crate::sampling::BestLogit;
 
 /// One head's attention scratch: its scores over the positions, and its
 /// output.
@@ -106,6 +107,39 @@ impl Model {
         token: u32,
         pos: usize,
     ) -> &'s [f32] {
+        self.layers(exec, state, token, pos);
+        let s = state;
+        self.matvecs(exec, &s.xb, &mut [(&self.output, &mut s.logits[..])]);
+        &s.logits
+    }
+
+    /// [`Model::forward`] and the greedy argmax of its logits, in the
+    /// classifier's job: each range of logits is folded into the argmax
+    /// by whoever computed it, so the token needs no dispatch and no pass
+    /// over the logits of its own. The logits are left in `state` as
+    /// `forward` leaves them; the token is `argmax` of them.
+    fn forward_greedy(
+        &self,
+        exec: &dyn RowParallel,
+        state: &mut State,
+        token: u32,
+        pos: usize,
+    ) -> u32 {
+        self.layers(exec, state, token, pos);
+        let s = state;
+        let input = PreparedInput::new(&s.xb, [self.output.ty]);
+        let output = self.weights(&self.output);
+        let best = BestLogit::new(s.logits.len());
+        exec.run_rows_into(&mut s.logits, |start, rows| {
+            output.rows_into(&input, start, rows);
+            best.fold(start, rows);
+        });
+        best.index()
+    }
+
+    /// Every layer and the final norm for `token` at `pos`: the classifier's
+    /// input in `state.xb`.
+    fn layers(&self, exec: &dyn RowParallel, state: &mut State, token: u32, pos: usize) {
         let c = self.config;
         let kv_dim = c.kv_dim();
         assert!(
@@ -150,8 +184,6 @@ impl Model {
             add(&mut s.x, &s.xb);
         }
         rms_norm(&mut s.xb, &s.x, &self.final_norm, self.rms_eps);
-        self.matvecs(exec, &s.xb, &mut [(&self.output, &mut s.logits[..])]);
-        &s.logits
     }
 
     /// Greedy decoding from the model's BOS token for `steps` tokens (at
@@ -196,7 +228,7 @@ impl Model {
         }
         let mut tokens = Vec::with_capacity(steps);
         while tokens.len() < steps && pos < seq_len {
-            token = argmax_on(exec, self.forward(exec, &mut state, token, pos));
+            token = self.forward_greedy(exec, &mut state, token, pos);
             on_token(pos, token);
             tokens.push(token);
             pos += 1;

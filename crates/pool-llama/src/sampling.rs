@@ -52,42 +52,78 @@ pub fn argmax(logits: &[f32]) -> u32 {
 /// ordered by value, then by lower index, so the answer is the serial
 /// one whatever the ranges.
 pub fn argmax_on(exec: &dyn RowParallel, logits: &[f32]) -> u32 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    /// Larger for a larger value, then for a lower index; NaN lowest.
-    fn key(value: f32, index: usize) -> u64 {
-        let ordered = if value.is_nan() {
-            0
-        } else {
-            // -0.0 and 0.0 compare equal: one key for both.
-            let bits = (value + 0.0).to_bits();
-            if bits >> 31 == 1 {
-                !bits
-            } else {
-                bits | 1 << 31
-            }
-        };
-        (u64::from(ordered) << 32) | u64::from(u32::MAX - index as u32)
-    }
     if logits.is_empty() {
         return 0;
     }
-    assert!(logits.len() <= u32::MAX as usize, "{} logits", logits.len());
-    // Relaxed: a max over values; the job's barrier publishes the result.
-    let best = AtomicU64::new(0);
+    let best = BestLogit::new(logits.len());
     exec.run_rows(logits.len(), &|start, end| {
-        let local = start + argmax(&logits[start..end]) as usize;
-        best.fetch_max(key(logits[local], local), Ordering::Relaxed);
+        best.fold(start, &logits[start..end]);
     });
-    let best = best.into_inner();
-    if best >> 32 == 0 {
-        return 0; // every logit NaN: as `argmax`
+    best.index()
+}
+
+/// The greedy argmax of logits computed in ranges, each range folded in
+/// as it is done (by whoever computed it, while its logits are in that
+/// core's cache): the first index of the largest logit whatever the
+/// ranges and their order, [`argmax`]'s answer.
+pub(crate) struct BestLogit {
+    /// Larger for a larger value, then for a lower index; 0: no number
+    /// seen (NaN keys are 0 too).
+    key: std::sync::atomic::AtomicU64,
+}
+
+impl BestLogit {
+    /// For `len` logits (at most `u32::MAX`: indices are packed in 32 bits).
+    pub(crate) fn new(len: usize) -> BestLogit {
+        assert!(len <= u32::MAX as usize, "{len} logits");
+        BestLogit {
+            key: std::sync::atomic::AtomicU64::new(0),
+        }
     }
-    u32::MAX - (best as u32)
+
+    /// Folds in `logits`, the range starting at index `start`.
+    pub(crate) fn fold(&self, start: usize, logits: &[f32]) {
+        if logits.is_empty() {
+            return;
+        }
+        let local = argmax(logits) as usize;
+        // Relaxed: a max over values; the job's barrier publishes it to
+        // the caller that reads `index`.
+        self.key.fetch_max(
+            key(logits[local], start + local),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// The index of the best logit folded in (0 if none was a number).
+    pub(crate) fn index(&self) -> u32 {
+        let best = self.key.load(std::sync::atomic::Ordering::Relaxed);
+        if best >> 32 == 0 {
+            return 0; // every logit NaN: as `argmax`
+        }
+        u32::MAX - (best as u32)
+    }
+}
+
+/// Larger for a larger value, then for a lower index; NaN lowest.
+fn key(value: f32, index: usize) -> u64 {
+    let ordered = if value.is_nan() {
+        0
+    } else {
+        // -0.0 and 0.0 compare equal: one key for both.
+        let bits = (value + 0.0).to_bits();
+        if bits >> 31 == 1 {
+            !bits
+        } else {
+            bits | 1 << 31
+        }
+    };
+    (u64::from(ordered) << 32) | u64::from(u32::MAX - index as u32)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::argmax;
+    use super::{argmax, BestLogit};
 
     /// The one-pass definition: the first logit strictly greater than every
     /// number before it.
@@ -137,5 +173,37 @@ mod tests {
                 assert_eq!(argmax(&logits), first_greatest(&logits), "{logits:?}");
             }
         }
+    }
+
+    #[test]
+    fn ranges_folded_in_any_order_give_the_argmax_of_the_whole() {
+        let logits = [
+            f32::NAN,
+            1.0,
+            3.0,
+            -0.0,
+            3.0,
+            f32::NAN,
+            0.0,
+            2.0,
+            3.0,
+            -1.0,
+            3.0,
+            1.0,
+        ];
+        // Cuts at every pair of points, ranges folded back to front.
+        for a in 0..=logits.len() {
+            for b in a..=logits.len() {
+                let best = BestLogit::new(logits.len());
+                for (start, end) in [(b, logits.len()), (a, b), (0, a)] {
+                    best.fold(start, &logits[start..end]);
+                }
+                assert_eq!(best.index(), argmax(&logits), "cut at {a} and {b}");
+            }
+        }
+        let nans = BestLogit::new(3);
+        nans.fold(1, &[f32::NAN, f32::NAN]);
+        nans.fold(0, &[f32::NAN]);
+        assert_eq!(nans.index(), 0, "no number at all: 0, as argmax");
     }
 }
