@@ -52,6 +52,13 @@ pub(crate) struct Comparison {
     pool_vs_peer: f64,
     /// `pool decode`'s share of its bandwidth bound (median over rounds).
     pool_share_of_bound: f64,
+    /// The peer's tokens/s over the same bound (the pool's median rate
+    /// over its median share): how close the peer comes to the memory's
+    /// limit, and so the most any program can lead it by.
+    peer_share_of_bound: f64,
+    /// Shares above 100 %: a bound measured low or a disturbed run, not
+    /// a result (empty when none).
+    measurement_problems: Vec<String>,
     /// CPU time neither program used during the rounds (null where /proc
     /// cannot be read); `contaminated`: the figures are not results.
     contamination: Option<Contamination>,
@@ -173,8 +180,12 @@ fn compare(
         share_of_cpus: f.share,
         contaminated: f.contaminated(),
     });
+    let (peer_share_of_bound, measurement_problems) =
+        shares_of_the_bound(pool.median, share.median, other.median, peer);
     Ok(Comparison {
         contamination,
+        peer_share_of_bound,
+        measurement_problems,
         model: model
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
@@ -186,6 +197,30 @@ fn compare(
         peer,
         peer_tokens_per_s: other.into(),
     })
+}
+
+/// The peer's share of the pool's bound (the pool's tokens/s over its
+/// share of it), and each share above 100 % as a measurement problem.
+fn shares_of_the_bound(
+    pool_rate: f64,
+    pool_share: f64,
+    peer_rate: f64,
+    peer: &str,
+) -> (f64, Vec<String>) {
+    let bound = pool_rate / pool_share;
+    let peer_share = if bound.is_finite() && bound > 0.0 {
+        peer_rate / bound
+    } else {
+        0.0
+    };
+    let problems = [
+        crate::measure::impossible_share("pool decode", pool_share),
+        crate::measure::impossible_share(peer, peer_share),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (peer_share, problems)
 }
 
 pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
@@ -258,14 +293,27 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
                             ),
                             _ => String::new(),
                         };
+                        let shares = if c.measurement_problems.is_empty() {
+                            format!(
+                                "(bound reached: pool {:.0} %, {peer} {:.0} %)",
+                                100.0 * c.pool_share_of_bound,
+                                100.0 * c.peer_share_of_bound
+                            )
+                        } else {
+                            format!(
+                                "(bound: pool {:.0} %, {peer} {:.0} %: ABOVE THE BOUND, a \
+                                 measurement problem)",
+                                100.0 * c.pool_share_of_bound,
+                                100.0 * c.peer_share_of_bound
+                            )
+                        };
                         println!(
-                            "  {:<28} {t} thread{} pool {:>8.1} tokens/s  {peer} {:>8.1}  pool/{peer} {:.2}x  ({:.0} % of the bound){disturbed}",
+                            "  {:<28} {t} thread{} pool {:>8.1} tokens/s  {peer} {:>8.1}  pool/{peer} {:.2}x  {shares}{disturbed}",
                             c.model,
                             if t == 1 { " " } else { "s" },
                             c.pool_tokens_per_s.median,
                             c.peer_tokens_per_s.median,
                             c.pool_vs_peer,
-                            100.0 * c.pool_share_of_bound
                         );
                     }
                     report.comparisons.push(c);
@@ -300,4 +348,34 @@ pub(crate) fn run(quick: bool, json: bool) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shares_of_the_bound;
+
+    #[test]
+    fn a_peer_above_the_pools_bound_is_a_measurement_problem_not_a_result() {
+        // The pool at 100 tokens/s is half its bound (200): a peer at 150
+        // is at 75 %, one at 250 above what the memory allows.
+        let (share, problems) = shares_of_the_bound(100.0, 0.5, 150.0, "llama.cpp");
+        assert!((share - 0.75).abs() < 1e-9 && problems.is_empty());
+        let (share, problems) = shares_of_the_bound(100.0, 0.5, 250.0, "llama.cpp");
+        assert!((share - 1.25).abs() < 1e-9);
+        assert_eq!(problems.len(), 1);
+        assert!(
+            problems[0].starts_with("llama.cpp reached 125 %"),
+            "{problems:?}"
+        );
+        let (_, problems) = shares_of_the_bound(100.0, 1.17, 90.0, "llama.cpp");
+        assert!(
+            problems[0].starts_with("pool decode reached 117 %"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn no_bound_gives_no_peer_share() {
+        assert_eq!(shares_of_the_bound(100.0, 0.0, 90.0, "llama.cpp").0, 0.0);
+    }
 }
