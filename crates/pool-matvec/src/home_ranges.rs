@@ -39,8 +39,8 @@ fn unpack(v: u64) -> (usize, usize) {
 /// both sides of the cut. Jobs of at least this many rows per participant
 /// put every home edge, claim and steal on a multiple of eight. With
 /// claims on multiples of four, a 432-row home claimed in halves (216,
-/// 108, 52, 28, ...) recomputed a group at most of its cuts: stories15M's
-/// matrices are 288 to 864 rows, 36 to 108 groups.
+/// 108, 52, 28, ...) recomputed a group at most of its cuts, and
+/// stories15M's matrices are only 36 to 108 groups (288 to 864 rows).
 const ALIGNED_ROWS_PER_PARTICIPANT: usize = 16;
 
 /// The row multiple claims keep to, where they can: eight for a job large
@@ -155,7 +155,8 @@ impl HomeRanges {
     }
 
     /// The owner's claim from the front of its slot: half of what is left,
-    /// at least `floor`, a multiple of `unit` when it can be. A claim is what a thief cannot take, so a participant
+    /// at least `floor` (and `least`), a multiple of `unit` when it can be.
+    /// A claim is what a thief cannot take, so a participant
     /// descheduled inside one holds at most half of its home (a quarter of
     /// a 2-participant job, as the cursor's first chunk did); the stream is
     /// one however claims fall. Measured against a quarter, per token
