@@ -665,11 +665,19 @@ impl Drop for Scenario {
     }
 }
 
+/// The neighbours' shell loop: it spins while the process that started it
+/// lives, and exits within a fraction of a second once that process is
+/// gone, so a bench killed mid-setting leaves no loop behind (as
+/// `testkit::BUSY_LOOP_WHILE_PARENT_LIVES`, which a published crate cannot
+/// depend on).
+const BUSY_LOOP: &str = "parent=$PPID; i=0; while :; do i=$((i + 1)); \
+     if [ \"$i\" -ge 100000 ]; then kill -0 \"$parent\" 2>/dev/null || exit 0; i=0; fi; done";
+
 /// A busy-looping process pinned to `cpu` (a shell loop: no dependency on
 /// this binary).
 fn busy_process(cpu: usize) -> Result<Child, String> {
     let child = Command::new("sh")
-        .args(["-c", "while :; do :; done"])
+        .args(["-c", BUSY_LOOP])
         .spawn()
         .map_err(|err| format!("cannot start a busy process: {err}"))?;
     pin_process(child.id(), cpu);
@@ -679,7 +687,7 @@ fn busy_process(cpu: usize) -> Result<Child, String> {
 /// A busy-looping process, not pinned.
 fn unpinned_busy_process() -> Result<Child, String> {
     Command::new("sh")
-        .args(["-c", "while :; do :; done"])
+        .args(["-c", BUSY_LOOP])
         .spawn()
         .map_err(|err| format!("cannot start a busy process: {err}"))
 }

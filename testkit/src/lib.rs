@@ -13,7 +13,7 @@
 mod busy;
 pub mod gguf;
 
-pub use busy::BusyProcesses;
+pub use busy::{BusyProcesses, BUSY_LOOP_WHILE_PARENT_LIVES};
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
