@@ -83,9 +83,6 @@ pub(crate) struct HomeRanges {
     floor: usize,
     /// The multiple claims are cut on ([`unit_for`]).
     unit: usize,
-    /// The fewest rows a claim takes while more are left: a group of
-    /// eight where claims keep to groups, else one.
-    least: usize,
 }
 
 impl HomeRanges {
@@ -108,10 +105,16 @@ impl HomeRanges {
             rows,
             floor: floor.max(1),
             unit: unit_for(rows, n),
-            least: match unit_for(rows, n) {
-                crate::INTERLEAVED_ROWS => crate::INTERLEAVED_ROWS,
-                _ => 1,
-            },
+        }
+    }
+
+    /// The fewest rows a claim takes while more are left: a group of
+    /// eight where claims keep to groups, else one.
+    fn least(&self) -> usize {
+        if self.unit == crate::INTERLEAVED_ROWS {
+            self.unit
+        } else {
+            1
         }
     }
 
@@ -155,7 +158,7 @@ impl HomeRanges {
     }
 
     /// The owner's claim from the front of its slot: half of what is left,
-    /// at least `floor` (and `least`), a multiple of `unit` when it can be.
+    /// at least `floor` (and `least()`), a multiple of `unit` when it can be.
     /// A claim is what a thief cannot take, so a participant
     /// descheduled inside one holds at most half of its home (a quarter of
     /// a 2-participant job, as the cursor's first chunk did); the stream is
@@ -173,7 +176,7 @@ impl HomeRanges {
                 return None;
             }
             let left = back - front;
-            let c = (left / 2).max(self.floor).max(self.least);
+            let c = (left / 2).max(self.floor).max(self.least());
             let c = if c >= self.unit { c - c % self.unit } else { c };
             let end = front + c.clamp(1, left);
             if crate::sync::claim_bug() {
@@ -223,7 +226,7 @@ impl HomeRanges {
                     let from = (back - half).next_multiple_of(self.unit);
                     if from < back {
                         from
-                    } else if left <= self.least {
+                    } else if left <= self.least() {
                         // At most one group left: all of it.
                         front
                     } else {

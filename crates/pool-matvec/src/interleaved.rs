@@ -286,12 +286,12 @@ pub(crate) fn rows_into(
     // were 6 % of its 2-thread decode.
     let (one, streams) = (group_kernel::<1>(ty), group_kernel::<STREAMS>(ty));
     let group = |g: usize| &bytes[g * group_bytes..][..group_bytes];
+    let (span, stop) = (STREAMS * INTERLEAVED_ROWS, end.min(whole));
     let mut r = start;
-    while r < end.min(whole) {
+    while r < stop {
         let g = r / INTERLEAVED_ROWS;
         let first = g * INTERLEAVED_ROWS;
-        let span = STREAMS * INTERLEAVED_ROWS;
-        if r == first && r + span <= end.min(whole) {
+        if r == first && r + span <= stop {
             // `STREAMS` whole groups asked for: read together, straight
             // into the output.
             let mut outs = out[r - start..r - start + span]
