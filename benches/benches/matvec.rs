@@ -1,7 +1,8 @@
 //! GB/s of weights streamed: serial vs pool vs rayon, next to the read
 //! ceiling of the same bytes, for matrices past, in and well inside the LLC;
-//! `run_many` of three matrices vs three `run_rows`; and Q8_0 and Q4_0 rows
-//! interleaved by eight against row-major on one decode-shaped matrix.
+//! `run_many` of three matrices vs three `run_rows`; and every quantized
+//! format's kernel on one decode-shaped matrix on one thread (Q8_0 and Q4_0
+//! row-major and interleaved by eight).
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
@@ -118,11 +119,13 @@ fn fused_qkv(c: &mut Criterion) {
 }
 
 /// stories110M's gate (2048 x 768; 1.7 MB in Q8_0, from L2 or L3) on one
-/// thread: the row-major kernels against the interleaved layout
-/// (`pool_matvec::interleave_rows`; the VNNI kernels where the CPU has
-/// them, elsewhere the row-major kernel after putting each group back).
-fn interleaved_rows(c: &mut Criterion) {
-    let mut group = c.benchmark_group("interleaved_2048x768");
+/// thread, in every quantized format: the row-major kernels, and for Q8_0
+/// and Q4_0 the interleaved layout too (`pool_matvec::interleave_rows`;
+/// the VNNI kernels where the CPU has them, elsewhere the row-major kernel
+/// after putting each group back). Throughput is the format's own bytes:
+/// the kernels' pace where the memory is not the limit.
+fn formats(c: &mut Criterion) {
+    let mut group = c.benchmark_group("formats_2048x768");
     group
         .measurement_time(Duration::from_secs(2))
         .warm_up_time(Duration::from_millis(300));
@@ -156,8 +159,31 @@ fn interleaved_rows(c: &mut Criterion) {
             b.iter(|| grouped.rows_into(&input, 0, &mut out))
         });
     }
+    // The k-quants' speed does not depend on their values: random bytes,
+    // each super-block's f16 scales set to 1/256 (no infinities or NaN).
+    for ty in [WeightType::Q4_K, WeightType::Q6_K] {
+        let row = ty.row_bytes(cols).unwrap();
+        let mut rng = XorShift(5);
+        let mut bytes: Vec<u8> = (0..rows * row).map(|_| rng.next_u64() as u8).collect();
+        let (block, scales_at) = match ty {
+            WeightType::Q4_K => (144, [0, 2]),
+            _ => (210, [208, 208]),
+        };
+        for super_block in bytes.chunks_exact_mut(block) {
+            for at in scales_at {
+                super_block[at..at + 2]
+                    .copy_from_slice(&half::f16::from_f32(1.0 / 256.0).to_bits().to_le_bytes());
+            }
+        }
+        let input = PreparedInput::new(&x, [ty]);
+        group.throughput(Throughput::Bytes(bytes.len() as u64));
+        let plain = Weights::new(ty, rows, cols, &bytes).unwrap();
+        group.bench_function(format!("{ty}_row_major"), |b| {
+            b.iter(|| plain.rows_into(&input, 0, &mut out))
+        });
+    }
     group.finish();
 }
 
-criterion_group!(benches, matvec, fused_qkv, interleaved_rows);
+criterion_group!(benches, matvec, fused_qkv, formats);
 criterion_main!(benches);

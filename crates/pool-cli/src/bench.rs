@@ -97,7 +97,7 @@ struct Bandwidth {
     q4_0_rayon_gbs: Summary,
     q4_0_serial_gbs: Summary,
     q4_0_pool_pct_of_ceiling: f64,
-    /// Where rows interleaved by eight pay (`pool_matvec::interleaving_pays`:
+    /// Where rows interleaved by sixteen pay (`pool_matvec::interleaving_pays`:
     /// AVX-512 VNNI), the same matrices so rearranged, as `pool decode`
     /// reads them here: the pool's matvec and the read of the same bytes,
     /// in rounds of their own after the row-major ones. `None` elsewhere
@@ -300,7 +300,7 @@ fn gbs_once(bytes: usize, f: impl FnOnce()) -> f64 {
 }
 
 /// The pool's matvec over `bytes` (a `ty` matrix of `shape`) rearranged
-/// into rows interleaved by eight, where that pays, timed in alternating
+/// into rows interleaved by sixteen, where that pays, timed in alternating
 /// rounds with the parallel read of the same bytes.
 fn interleaved_line(
     pool: &Pool,
@@ -803,7 +803,7 @@ pub(crate) fn run(quick: bool, json: bool, markdown: bool) -> Result<(), String>
             pool.median / serial.median
         );
         if let Some(i) = interleaved {
-            println!("  {name} rows interleaved by eight (what `pool decode` runs here):");
+            println!("  {name} rows interleaved by sixteen (what `pool decode` runs here):");
             line(
                 "parallel read of the same bytes (ceiling)",
                 &i.read_ceiling_gbs,

@@ -139,7 +139,7 @@ struct DecodeReport {
     tensor_types: Vec<TensorTypeJson>,
     simd_tier: &'static str,
     quantized_kernel: &'static str,
-    /// Matrices rearranged into rows interleaved by eight at load (Q8_0
+    /// Matrices rearranged into rows interleaved by sixteen at load (Q8_0
     /// and Q4_0 where the kernels read them faster: AVX-512 VNNI).
     interleaved_matrices: usize,
     mapped: bool,

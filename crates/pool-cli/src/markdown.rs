@@ -73,7 +73,7 @@ pub(crate) fn print(report: &Value, command: &str) {
             continue;
         }
         println!(
-            "| {name} matvec from DRAM, rows interleaved by eight (what decode runs here), GB/s | {:.1} | - | - | - | - | read ceiling {:.1} ({:.0} % reached) |",
+            "| {name} matvec from DRAM, rows interleaved by sixteen (what decode runs here), GB/s | {:.1} | - | - | - | - | read ceiling {:.1} ({:.0} % reached) |",
             med(&i["pool_gbs"]),
             med(&i["read_ceiling_gbs"]),
             num(&i["pool_pct_of_ceiling"]),

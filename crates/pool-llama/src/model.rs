@@ -122,7 +122,7 @@ pub(crate) struct MatrixRef {
     pub(crate) cols: usize,
     pub(crate) offset: usize,
     pub(crate) len: usize,
-    /// Rows interleaved by eight in the model's own copy
+    /// Rows interleaved by sixteen in the model's own copy
     /// ([`pool_matvec::interleave_rows`]), not row-major as in the file.
     pub(crate) interleaved: bool,
 }
@@ -194,7 +194,7 @@ impl Model {
     /// Where the CPU's kernels read them faster
     /// ([`pool_matvec::interleaving_pays`]: AVX-512 VNNI), the copy's
     /// Q8_0 and Q4_0 matrices are rearranged into rows interleaved by
-    /// eight: the same bytes, no dequantized copy, and the same logits to
+    /// sixteen: the same bytes, no dequantized copy, and the same logits to
     /// the bit ([`Model::interleaved_matrices`] counts them).
     pub fn open(path: impl AsRef<Path>) -> Result<Model, LoadError> {
         let path = path.as_ref();
@@ -317,7 +317,7 @@ impl Model {
     }
 
     /// How many of the matrices a token multiplies by were rearranged
-    /// into rows interleaved by eight at load (see [`Model::open`]).
+    /// into rows interleaved by sixteen at load (see [`Model::open`]).
     pub fn interleaved_matrices(&self) -> usize {
         let mut offsets: Vec<usize> = self
             .matrices()
@@ -345,7 +345,7 @@ impl Model {
     /// VNNI) and the weights are the model's own copy ([`Model::open`],
     /// [`Model::from_bytes`]), rearranges every such matrix a token
     /// multiplies by (the embedding too when the output shares it) into
-    /// rows interleaved by eight: the same bytes and values, the same
+    /// rows interleaved by sixteen: the same bytes and values, the same
     /// logits to the bit, and on an Intel Xeon with AVX-512 VNNI 1.5-1.8x
     /// the Q8_0 kernel's speed from cache. A mapped file
     /// ([`Model::open_mapped`]) is read in place as the file has it.

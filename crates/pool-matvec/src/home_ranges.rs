@@ -34,18 +34,18 @@ fn unpack(v: u64) -> (usize, usize) {
     ((v >> 32) as usize, (v & 0xffff_ffff) as usize)
 }
 
-/// Rows interleaved by eight ([`crate::INTERLEAVED_ROWS`]) are computed a
-/// group at a time, so a claim that cuts a group computes that group on
+/// Rows interleaved by sixteen ([`crate::INTERLEAVED_ROWS`]) are computed
+/// a group at a time, so a claim that cuts a group computes that group on
 /// both sides of the cut. Jobs of at least this many rows per participant
-/// put every home edge, claim and steal on a multiple of eight. With
-/// claims on multiples of four, a 432-row home claimed in halves (216,
-/// 108, 52, 28, ...) recomputed a group at most of its cuts, and
-/// stories15M's matrices are only 36 to 108 groups (288 to 864 rows).
-const ALIGNED_ROWS_PER_PARTICIPANT: usize = 16;
+/// (two groups) put every home edge, claim and steal on a multiple of a
+/// group. With claims on multiples of four, a 432-row home claimed in
+/// halves (216, 108, 52, 28, ...) recomputed a group at most of its cuts,
+/// and stories15M's matrices are only 18 to 54 groups (288 to 864 rows).
+const ALIGNED_ROWS_PER_PARTICIPANT: usize = 2 * crate::INTERLEAVED_ROWS;
 
-/// The row multiple claims keep to, where they can: eight for a job large
-/// enough that its homes stay at least two groups, else four (the
-/// row-major kernels' stride), as small jobs always had.
+/// The row multiple claims keep to, where they can: a group of interleaved
+/// rows for a job large enough that its homes stay at least two groups,
+/// else four (the row-major kernels' stride), as small jobs always had.
 fn unit_for(rows: usize, n: usize) -> usize {
     if rows >= ALIGNED_ROWS_PER_PARTICIPANT * n {
         crate::INTERLEAVED_ROWS
@@ -55,7 +55,7 @@ fn unit_for(rows: usize, n: usize) -> usize {
 }
 
 /// Participant `k`'s home of `rows` over `n`, packed: its share's edges
-/// rounded down to `unit` rows where `unit` is eight (small jobs keep the
+/// rounded down to `unit` rows where `unit` is a group (small jobs keep the
 /// exact shares, which their loom models enumerate).
 fn home_of(k: usize, rows: usize, n: usize) -> u64 {
     let edge = |k: usize| {
@@ -108,8 +108,8 @@ impl HomeRanges {
         }
     }
 
-    /// The fewest rows a claim takes while more are left: a group of
-    /// eight where claims keep to groups, else one.
+    /// The fewest rows a claim takes while more are left: a group where
+    /// claims keep to groups, else one.
     fn least(&self) -> usize {
         if self.unit == crate::INTERLEAVED_ROWS {
             self.unit
@@ -302,32 +302,32 @@ mod tests {
         let ranges = HomeRanges::new(rows, 4, 8);
         let claims = claim_all(&ranges, std::iter::repeat(3), rows);
         let mine = &claims[3];
-        // Homes on multiples of eight: 0..248, 248..496, 496..744, 744..1000.
-        assert_eq!(mine[0], (744, 872), "its home first, from the front");
+        // Homes on multiples of sixteen: 0..240, 240..496, 496..736, 736..1000.
+        assert_eq!(mine[0], (736, 864), "its home first, from the front");
         // Its home, then homes 0, 1 and 2 whole, each from its start: one
         // ascending stream from row 0 (the homes are adjacent), never a
         // new one per steal.
         assert_eq!(breaks(mine), 1, "{mine:?}");
-        assert_eq!(mine.iter().find(|c| c.0 < 744), Some(&(0, 120)));
+        assert_eq!(mine.iter().find(|c| c.0 < 736), Some(&(0, 112)));
     }
 
     #[test]
     fn a_thief_takes_half_of_a_home_whose_owner_has_started() {
         let ranges = HomeRanges::new(800, 2, 8);
-        assert_eq!(ranges.next(0), Some((0, 200)), "the owner's first claim");
+        assert_eq!(ranges.next(0), Some((0, 192)), "the owner's first claim");
         // Participant 1 drains its own home, then steals: its first claim
-        // below 400 starts the back half of the owner's 200..400, on a
-        // group of eight.
+        // below 400 starts the back half of the owner's 192..400, on a
+        // group of sixteen.
         let stolen = std::iter::from_fn(|| ranges.next(1)).find(|claim| claim.0 < 400);
         assert_eq!(
             stolen.map(|c| c.0),
             Some(304),
-            "half of 200..400, not all of it"
+            "half of 192..400, not all of it"
         );
     }
 
     #[test]
-    fn claims_of_a_large_enough_job_never_cut_a_group_of_eight_rows() {
+    fn claims_of_a_large_enough_job_never_cut_a_group_of_interleaved_rows() {
         for rows in [288, 864, 1001, 32000] {
             for n in 2..=4 {
                 for floor in [1, 3, 12] {
@@ -336,7 +336,7 @@ mod tests {
                     for claim in claim_all(&ranges, order, rows).concat() {
                         for edge in [claim.0, claim.1] {
                             assert!(
-                                edge % 8 == 0 || edge == rows,
+                                edge % crate::INTERLEAVED_ROWS == 0 || edge == rows,
                                 "{rows} rows, {n} participants, floor {floor}: claim {claim:?}"
                             );
                         }

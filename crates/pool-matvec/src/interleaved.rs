@@ -1,27 +1,37 @@
-//! Q8_0 and Q4_0 matrices with their rows interleaved by eight: the layout
-//! the AVX-512 VNNI kernels read without a horizontal sum per block.
+//! Q8_0 and Q4_0 matrices with their rows interleaved by sixteen: the
+//! layout the AVX-512 VNNI kernels read without a horizontal sum per block.
 //!
 //! Row-major (GGUF's layout) gives each block of one row a 32-value
 //! integer dot spread over eight lanes, which must be summed across them
 //! before the block's scale applies: on x86 a tree of `vphaddd` shuffles
 //! per eight blocks, and on a CPU with one shuffle port (Intel's) it costs
-//! more than the multiplies. Interleaved, a block of eight rows keeps each
-//! row's bytes in its own 32-bit lane: one `vpdpbusd` per 4-byte chunk of
-//! the activation (broadcast) leaves row `r`'s exact block sum in lane
-//! `r`, with no shuffle at all. This is the layout llama.cpp's AMX
-//! back end repacks Q8_0 and Q4_0 into for the same reason. Measured on
-//! one core of an Intel Xeon (AVX-512 VNNI), Q8_0 from L2: 13-17 GB/s
-//! row-major, 23-26 GB/s interleaved; from L3 12.6-15 against 16-18.
+//! more than the multiplies. Interleaved, a block of sixteen rows keeps
+//! each row's bytes in its own 32-bit lane of a 512-bit register: one
+//! `vpdpbusd` per 4-byte chunk of the activation (broadcast from memory,
+//! no instruction of its own) leaves row `r`'s exact block sum in lane
+//! `r`, with no shuffle at all, and the rows' float terms and their final
+//! sums are lane-wise too. This is the layout llama.cpp's AMX back end
+//! repacks Q8_0 and Q4_0 into for the same reason. Measured on one core of
+//! an Intel Xeon (AVX-512 VNNI), a 2048 x 768 matrix from L2, against the
+//! row-major kernel in the same run: interleaved by eight rows on 256-bit
+//! registers (the layout before this one, whose eight lanes were summed
+//! per row at the end) Q8_0 1.5-1.75x, Q4_0 1.2-1.3x; by sixteen on
+//! 512-bit registers Q8_0 2.0x, Q4_0 1.7x (about half the instructions
+//! per row: one load and one `vpdpbusd` per 64 bytes instead of two each,
+//! and the float work shared by sixteen rows instead of eight).
 //!
-//! The layout keeps the matrix's bytes and size: rows `8g..8g + 8` occupy
-//! the bytes they occupied before, rearranged; rows past the last whole
-//! group of eight stay row-major after them. Within a group, block `b` is
-//! `8 * block_bytes` bytes: the eight rows' f16 scales (16 bytes), then
-//! the rows' value bytes with byte `4 (8c + r) + k` holding row `r`'s
-//! byte `4c + k`. Q8_0's bytes are stored with the sign bit flipped
-//! (`w + 128` as unsigned, what `vpdpbusd` multiplies: no XOR at run
-//! time); Q4_0's as they are (byte `j` holds value `j` in its low nibble
-//! and `j + 16` in its high one).
+//! The layout keeps the matrix's bytes and size: rows `16g..16g + 16`
+//! occupy the bytes they occupied before, rearranged; rows past the last
+//! whole group of sixteen stay row-major after them. A group holds first
+//! the value bytes of its blocks, block by block (`16 * values` bytes
+//! each, `values` = 32 for Q8_0 and 16 for Q4_0), with byte
+//! `4 (16c + r) + k` of block `b` holding row `r`'s byte `4c + k`; then the
+//! blocks' scales, block by block, the sixteen rows' f16 scales (32 bytes)
+//! each. So each 64-byte chunk of values a kernel loads is a whole cache
+//! line when the group starts on one. Q8_0's bytes are stored with the
+//! sign bit flipped (`w + 128` as unsigned, what `vpdpbusd` multiplies: no
+//! XOR at run time); Q4_0's as they are (byte `j` holds value `j` in its
+//! low nibble and `j + 16` in its high one).
 //!
 //! Each row's value is the row-major kernels' to the bit: the same exact
 //! integer block sums, the same per-block `sumi * (d_w * d_x)` added into
@@ -35,10 +45,13 @@ use crate::weights::WeightsError;
 use crate::WeightType;
 
 /// Rows per interleaved group.
-pub const INTERLEAVED_ROWS: usize = 8;
+pub const INTERLEAVED_ROWS: usize = 16;
 
 /// Bytes of one row's f16 scale.
 const SCALE: usize = 2;
+
+/// Bytes of one group block's scales: the sixteen rows' f16 scales.
+const GROUP_SCALES: usize = INTERLEAVED_ROWS * SCALE;
 
 /// Whether this CPU's kernels read `ty` faster interleaved than
 /// row-major: Q8_0 and Q4_0 on the AVX-512 tier with VNNI (the tier in
@@ -89,16 +102,46 @@ fn value_bytes(ty: WeightType) -> (usize, u8) {
     }
 }
 
+/// Where things sit in one interleaved group of `ty` with `per_row`
+/// blocks per row, in bytes from the group's start.
+#[derive(Clone, Copy)]
+struct GroupLayout {
+    /// Value bytes of one row's block.
+    values: usize,
+    per_row: usize,
+}
+
+impl GroupLayout {
+    fn of(ty: WeightType, per_row: usize) -> GroupLayout {
+        GroupLayout {
+            values: value_bytes(ty).0,
+            per_row,
+        }
+    }
+
+    /// Row `r`'s value byte `j` of block `b`.
+    #[inline]
+    fn value(self, b: usize, r: usize, j: usize) -> usize {
+        b * INTERLEAVED_ROWS * self.values + 4 * (INTERLEAVED_ROWS * (j / 4) + r) + j % 4
+    }
+
+    /// Row `r`'s f16 scale of block `b`.
+    #[inline]
+    fn scale(self, b: usize, r: usize) -> usize {
+        self.per_row * INTERLEAVED_ROWS * self.values + b * GROUP_SCALES + SCALE * r
+    }
+}
+
 /// Rearranges `bytes`, a row-major `rows x cols` Q8_0 or Q4_0 matrix
-/// (GGUF's layout), in place into rows interleaved by eight (module docs).
-/// The result is read with [`crate::Weights::interleaved`].
+/// (GGUF's layout), in place into rows interleaved by sixteen (module
+/// docs). The result is read with [`crate::Weights::interleaved`].
 ///
 /// ```
 /// use pool_matvec::{
 ///     interleave_rows, matvec_q8_0, quantize_q8_0, PreparedInput, Serial, WeightType, Weights,
 /// };
 ///
-/// let (rows, cols) = (20, 64);
+/// let (rows, cols) = (40, 64);
 /// let values: Vec<f32> = (0..rows * cols).map(|i| (i % 7) as f32 - 3.0).collect();
 /// let blocks = quantize_q8_0(&values);
 /// // The blocks as a file holds them: f16 scale, then 32 values.
@@ -130,29 +173,23 @@ pub fn interleave_rows(
     let per_row = blocks_per_row(ty, rows, cols, bytes.len())?;
     let block = ty.block_bytes();
     let (values, flip) = value_bytes(ty);
-    let group_block = INTERLEAVED_ROWS * block;
-    let mut row_major = vec![0u8; group_block * per_row];
-    for group in bytes.chunks_exact_mut(group_block * per_row) {
+    let layout = GroupLayout::of(ty, per_row);
+    let mut row_major = vec![0u8; INTERLEAVED_ROWS * block * per_row];
+    for group in bytes.chunks_exact_mut(INTERLEAVED_ROWS * block * per_row) {
         row_major.copy_from_slice(group);
-        for b in 0..per_row {
-            let out = &mut group[b * group_block..(b + 1) * group_block];
-            for r in 0..INTERLEAVED_ROWS {
+        for r in 0..INTERLEAVED_ROWS {
+            for b in 0..per_row {
                 let src = &row_major[(r * per_row + b) * block..][..block];
-                out[SCALE * r..SCALE * (r + 1)].copy_from_slice(&src[..SCALE]);
+                let scale = layout.scale(b, r);
+                group[scale..scale + SCALE].copy_from_slice(&src[..SCALE]);
                 for (j, &q) in src[SCALE..].iter().enumerate() {
-                    out[INTERLEAVED_ROWS * SCALE + at(r, j)] = q ^ flip;
+                    group[layout.value(b, r, j)] = q ^ flip;
                 }
             }
         }
     }
     debug_assert_eq!(values + SCALE, block);
     Ok(())
-}
-
-/// Where row `r`'s value byte `j` sits among a group block's value bytes.
-#[inline]
-fn at(r: usize, j: usize) -> usize {
-    4 * (INTERLEAVED_ROWS * (j / 4) + r) + j % 4
 }
 
 /// Row `r`'s block `b` (scale bits, value bytes as the file has them) of
@@ -175,15 +212,14 @@ fn row_block(
         return (u16::from_le_bytes([src[0], src[1]]), out);
     }
     let (g, lane) = (r / INTERLEAVED_ROWS, r % INTERLEAVED_ROWS);
-    let group_block = INTERLEAVED_ROWS * block;
-    let src = &bytes[(g * per_row + b) * group_block..][..group_block];
+    let layout = GroupLayout::of(ty, per_row);
+    let group =
+        &bytes[g * INTERLEAVED_ROWS * block * per_row..][..INTERLEAVED_ROWS * block * per_row];
     for (j, o) in out[..values].iter_mut().enumerate() {
-        *o = src[INTERLEAVED_ROWS * SCALE + at(lane, j)] ^ flip;
+        *o = group[layout.value(b, lane, j)] ^ flip;
     }
-    (
-        u16::from_le_bytes([src[SCALE * lane], src[SCALE * lane + 1]]),
-        out,
-    )
+    let scale = layout.scale(b, lane);
+    (u16::from_le_bytes([group[scale], group[scale + 1]]), out)
 }
 
 /// Rows `first..first + count` as row-major Q8_0 blocks.
@@ -296,7 +332,9 @@ pub(crate) fn rows_into(
             // into the output.
             let mut outs = out[r - start..r - start + span]
                 .chunks_exact_mut(INTERLEAVED_ROWS)
-                .map(|rows| <&mut [f32; INTERLEAVED_ROWS]>::try_from(rows).expect("eight rows"));
+                .map(|rows| {
+                    <&mut [f32; INTERLEAVED_ROWS]>::try_from(rows).expect("a group of rows")
+                });
             let outs = std::array::from_fn(|_| outs.next().expect("STREAMS groups"));
             streams(ty, std::array::from_fn(|k| group(g + k)), per_row, x, outs);
             r += span;
@@ -328,7 +366,8 @@ pub(crate) fn rows_into(
 /// prefetch distances (one stream with software prefetch 4-16 KiB ahead
 /// into L1 and 12-48 KiB into L2: 9.8-10.1 GB/s on one thread, against
 /// 14-15 for four streams). In the decode (a probe process per build,
-/// alternated, median of five pairs): two groups at once, stories110M
+/// alternated, median of five pairs; groups of eight rows on 256-bit
+/// registers then): two groups at once, stories110M
 /// Q8_0 +17 % at 1 thread and +15 % at 2, Q4_0 +3 %, the cache-resident
 /// stories15M level (0.96-1.04x); four groups, whose accumulators no
 /// longer fit the registers, +8-12 % on stories110M and 0.87-1.0x on
@@ -371,12 +410,9 @@ fn row_major_groups<const N: usize>(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{Activation, WeightType, INTERLEAVED_ROWS, SCALE};
+    use super::{Activation, WeightType, GROUP_SCALES, INTERLEAVED_ROWS};
     use crate::blocks::LANES;
     use crate::q8_0::avx2::{prefetch_ahead, Q4_0_L2_AHEAD, Q8_0_L2_AHEAD};
-
-    /// Bytes before a group block's values: eight f16 scales.
-    const SCALES: usize = INTERLEAVED_ROWS * SCALE;
 
     /// Safe entry: only handed out by `group_kernel` where
     /// `interleaving_pays(Q8_0)`.
@@ -407,161 +443,161 @@ mod avx512 {
         unsafe { q4_0_group(groups, per_row, x, out) }
     }
 
-    /// The eight Q8_0 rows of each of `N` interleaved groups against `x`.
+    /// The sixteen Q8_0 rows of each of `N` interleaved groups against `x`.
     ///
     /// # Safety
     ///
-    /// AVX-512 F/VL/VNNI, AVX2 and F16C.
-    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,f16c")]
+    /// AVX-512 F/BW/VNNI, AVX2 and F16C.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
     unsafe fn q8_0_group<const N: usize>(
         groups: [&[u8]; N],
         per_row: usize,
         x: &Activation<'_>,
         out: [&mut [f32; INTERLEAVED_ROWS]; N],
     ) {
-        const GROUP_BLOCK: usize = INTERLEAVED_ROWS * 34;
+        /// Value bytes of a group block: sixteen rows of 32.
+        const VALUES: usize = INTERLEAVED_ROWS * 32;
         for group in groups {
-            assert!(group.len() >= per_row * GROUP_BLOCK);
+            assert!(group.len() >= per_row * (VALUES + GROUP_SCALES));
         }
         let block = |g: usize, b: usize| {
-            let at = groups[g][b * GROUP_BLOCK..].as_ptr();
-            prefetch_ahead::<Q8_0_L2_AHEAD>(at, GROUP_BLOCK);
+            let at = groups[g][b * VALUES..].as_ptr();
+            prefetch_ahead::<Q8_0_L2_AHEAD>(at, VALUES);
             let xs = x.q[b].qs.as_ptr().cast::<i32>();
             // Two chains of four: integer sums, exact in any order.
-            let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
             for c in (0..8).step_by(2) {
-                // SAFETY: bytes SCALES + 32c.. + 64 of the group block
+                // SAFETY: bytes 64c.. + 128 of the group block's values
                 // (c + 1 < 8), inside `group` (asserted); dwords `c`,
                 // `c + 1` of a 32-byte block.
                 let (w0, w1, x0, x1) = unsafe {
                     (
-                        _mm256_loadu_si256(at.add(SCALES + 32 * c).cast()),
-                        _mm256_loadu_si256(at.add(SCALES + 32 * (c + 1)).cast()),
+                        _mm512_loadu_si512(at.add(64 * c).cast()),
+                        _mm512_loadu_si512(at.add(64 * (c + 1)).cast()),
                         xs.add(c).read_unaligned(),
                         xs.add(c + 1).read_unaligned(),
                     )
                 };
-                s0 = _mm256_dpbusd_epi32(s0, w0, _mm256_set1_epi32(x0));
-                s1 = _mm256_dpbusd_epi32(s1, w1, _mm256_set1_epi32(x1));
+                s0 = _mm512_dpbusd_epi32(s0, w0, _mm512_set1_epi32(x0));
+                s1 = _mm512_dpbusd_epi32(s1, w1, _mm512_set1_epi32(x1));
             }
             // `w + 128` times `x`, less `128 * sum(x)`: the exact sums.
-            let biased = _mm256_add_epi32(s0, s1);
-            (
-                _mm256_sub_epi32(biased, _mm256_slli_epi32::<7>(_mm256_set1_epi32(x.sum[b]))),
-                at,
-            )
+            let biased = _mm512_add_epi32(s0, s1);
+            _mm512_sub_epi32(biased, _mm512_slli_epi32::<7>(_mm512_set1_epi32(x.sum[b])))
         };
-        // SAFETY: the features, by this function's contract; each group
-        // block starts with its 16 bytes of scales.
-        unsafe { accumulate(per_row, x, out, block) }
+        let scales = |g: usize, b: usize| groups[g][per_row * VALUES + b * GROUP_SCALES..].as_ptr();
+        // SAFETY: the features, by this function's contract; `scales(g,
+        // b)` is block `b`'s 32 bytes of scales, inside the group
+        // (asserted).
+        unsafe { accumulate(per_row, x, out, block, scales) }
     }
 
-    /// The eight Q4_0 rows of each of `N` interleaved groups against `x`.
+    /// The sixteen Q4_0 rows of each of `N` interleaved groups against `x`.
     ///
     /// # Safety
     ///
-    /// AVX-512 F/VL/VNNI, AVX2 and F16C.
-    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,f16c")]
+    /// AVX-512 F/BW/VNNI, AVX2 and F16C.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
     unsafe fn q4_0_group<const N: usize>(
         groups: [&[u8]; N],
         per_row: usize,
         x: &Activation<'_>,
         out: [&mut [f32; INTERLEAVED_ROWS]; N],
     ) {
-        const GROUP_BLOCK: usize = INTERLEAVED_ROWS * 18;
+        /// Value bytes of a group block: sixteen rows of 16.
+        const VALUES: usize = INTERLEAVED_ROWS * 16;
         for group in groups {
-            assert!(group.len() >= per_row * GROUP_BLOCK);
+            assert!(group.len() >= per_row * (VALUES + GROUP_SCALES));
         }
-        let low = _mm256_set1_epi8(0x0f);
+        let low = _mm512_set1_epi8(0x0f);
         let block = |g: usize, b: usize| {
-            let at = groups[g][b * GROUP_BLOCK..].as_ptr();
-            prefetch_ahead::<Q4_0_L2_AHEAD>(at, GROUP_BLOCK);
+            let at = groups[g][b * VALUES..].as_ptr();
+            prefetch_ahead::<Q4_0_L2_AHEAD>(at, VALUES);
             let xs = x.q[b].qs.as_ptr().cast::<i32>();
-            let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
             for c in 0..4 {
-                // SAFETY: bytes SCALES + 32c.. + 32 of the group block
+                // SAFETY: bytes 64c.. + 64 of the group block's values
                 // (c < 4), inside `group` (asserted); dwords `c` and
                 // `c + 4` of a 32-byte block.
                 let (w, x_low, x_high) = unsafe {
                     (
-                        _mm256_loadu_si256(at.add(SCALES + 32 * c).cast()),
+                        _mm512_loadu_si512(at.add(64 * c).cast()),
                         xs.add(c).read_unaligned(),
                         xs.add(c + 4).read_unaligned(),
                     )
                 };
                 // Byte j: value j low, value j + 16 high, each 0..=15.
-                let lo = _mm256_and_si256(w, low);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), low);
-                s0 = _mm256_dpbusd_epi32(s0, lo, _mm256_set1_epi32(x_low));
-                s1 = _mm256_dpbusd_epi32(s1, hi, _mm256_set1_epi32(x_high));
+                let lo = _mm512_and_si512(w, low);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), low);
+                s0 = _mm512_dpbusd_epi32(s0, lo, _mm512_set1_epi32(x_low));
+                s1 = _mm512_dpbusd_epi32(s1, hi, _mm512_set1_epi32(x_high));
             }
             // Values are nibbles less 8: the sum less `8 * sum(x)`.
-            let biased = _mm256_add_epi32(s0, s1);
-            (
-                _mm256_sub_epi32(biased, _mm256_slli_epi32::<3>(_mm256_set1_epi32(x.sum[b]))),
-                at,
-            )
+            let biased = _mm512_add_epi32(s0, s1);
+            _mm512_sub_epi32(biased, _mm512_slli_epi32::<3>(_mm512_set1_epi32(x.sum[b])))
         };
+        let scales = |g: usize, b: usize| groups[g][per_row * VALUES + b * GROUP_SCALES..].as_ptr();
         // SAFETY: as for `q8_0_group`.
-        unsafe { accumulate(per_row, x, out, block) }
+        unsafe { accumulate(per_row, x, out, block, scales) }
     }
 
     /// The blocks' terms into eight lanes and the tail, as the row-major
-    /// kernels add them: `block(b)` gives block `b`'s exact integer sums
-    /// (lane `r`: row `r`) and the group block's start (its scales).
+    /// kernels add them: `block(g, b)` gives group `g`'s block `b`'s exact
+    /// integer sums (lane `r`: row `r`), `scales(g, b)` where its sixteen
+    /// f16 scales are. Every row is a lane, so the row-major kernels'
+    /// per-row arithmetic (its lane `k` over blocks `b = k mod 8`, the
+    /// lanes reduced in `lanes::reduce_ps`'s order, then the tail blocks
+    /// in order) is done lane-wise on sixteen rows at once.
     ///
     /// # Safety
     ///
-    /// AVX-512 F/VL, AVX2 and F16C; `block(b)`'s pointer has 16 readable
-    /// bytes.
-    #[target_feature(enable = "avx512f,avx512vl,avx2,f16c")]
+    /// AVX-512 F, AVX2 and F16C; `scales(g, b)` has 32 readable bytes.
+    #[target_feature(enable = "avx512f,avx2,f16c")]
     #[inline]
     unsafe fn accumulate<const N: usize>(
         per_row: usize,
         x: &Activation<'_>,
         out: [&mut [f32; INTERLEAVED_ROWS]; N],
-        mut block: impl FnMut(usize, usize) -> (__m256i, *const u8),
+        mut block: impl FnMut(usize, usize) -> __m512i,
+        scales: impl Fn(usize, usize) -> *const u8,
     ) {
         assert!(x.q.len() >= per_row && x.d.len() >= per_row && x.sum.len() >= per_row);
         let body = per_row / LANES * LANES;
-        // Lane `r` of `acc[g][k]`: group `g`'s row `r`, its sum over blocks
-        // `b = k mod 8`, as the row-major kernels' lane `k`. The groups
-        // advance block by block together: each is its own stream through
-        // memory (see `STREAMS`), and each row's arithmetic is as alone.
-        let mut acc = [[_mm256_setzero_ps(); LANES]; N];
-        let mut tail = [[_mm256_setzero_ps(); LANES]; N];
-        for b in 0..per_row {
-            let dx = _mm256_set1_ps(x.d[b]);
-            for g in 0..N {
-                let (sumi, at) = block(g, b);
-                // SAFETY: the group block's first 16 bytes: eight f16
-                // scales (this function's contract).
-                let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(at.cast()) });
-                let term = _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(dw, dx));
-                if b < body {
-                    acc[g][b % LANES] = _mm256_add_ps(acc[g][b % LANES], term);
-                } else {
-                    tail[g][b - body] = term;
+        let mut term = |g: usize, b: usize, dx: __m512| {
+            let sumi = block(g, b);
+            // SAFETY: 32 bytes of scales (this function's contract).
+            let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(scales(g, b).cast()) });
+            _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, dx))
+        };
+        // `acc[g][k]`: group `g`'s rows' sums over blocks `b = k mod 8`,
+        // as the row-major kernels' lane `k`. The groups advance block by
+        // block together: each is its own stream through memory (see
+        // `STREAMS`), and each row's arithmetic is as alone.
+        let mut acc = [[_mm512_setzero_ps(); LANES]; N];
+        for first in (0..body).step_by(LANES) {
+            for k in 0..LANES {
+                let dx = _mm512_set1_ps(x.d[first + k]);
+                for (g, acc) in acc.iter_mut().enumerate() {
+                    acc[k] = _mm512_add_ps(acc[k], term(g, first + k, dx));
                 }
             }
         }
-        let spill = |v: __m256| {
-            let mut a = [0.0f32; LANES];
-            // SAFETY: eight f32 into an eight-f32 array.
-            unsafe { _mm256_storeu_ps(a.as_mut_ptr(), v) };
-            a
-        };
-        for (g, out) in out.into_iter().enumerate() {
-            let (lanes, tails) = (acc[g].map(spill), tail[g].map(spill));
-            for (r, o) in out.iter_mut().enumerate() {
-                let l: [f32; LANES] = std::array::from_fn(|k| lanes[k][r]);
-                // `lanes::reduce_ps`'s order, then the tail in block order.
-                let mut result = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-                for t in &tails[..per_row - body] {
-                    result += t[r];
-                }
-                *o = result;
+        // `lanes::reduce_ps`'s order, then the tail in block order.
+        let mut sums = acc.map(|l| {
+            _mm512_add_ps(
+                _mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])),
+            )
+        });
+        for b in body..per_row {
+            let dx = _mm512_set1_ps(x.d[b]);
+            for (g, sum) in sums.iter_mut().enumerate() {
+                *sum = _mm512_add_ps(*sum, term(g, b, dx));
             }
+        }
+        for (sum, out) in sums.into_iter().zip(out) {
+            // SAFETY: sixteen f32 into a sixteen-f32 array.
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), sum) };
         }
     }
 }
@@ -595,11 +631,20 @@ mod tests {
         let mut rng = XorShift(0x5eed);
         for ty in [WeightType::Q8_0, WeightType::Q4_0] {
             // Whole groups, a partial last group, fewer rows than a group;
-            // blocks per row with and without a tail past the eights.
+            // blocks per row with and without a tail past the eights; an
+            // odd number of groups (the kernels read two at once).
             let shapes: &[(usize, usize)] = if cfg!(miri) {
-                &[(9, 288)]
+                &[(17, 288)]
             } else {
-                &[(16, 256), (21, 288), (5, 64), (40, 768), (9, 32), (72, 64)]
+                &[
+                    (16, 256),
+                    (21, 288),
+                    (5, 64),
+                    (40, 768),
+                    (9, 32),
+                    (72, 64),
+                    (48, 288),
+                ]
             };
             for &(rows, cols) in shapes {
                 let values: Vec<f32> = (0..rows * cols).map(|_| rng.uniform()).collect();
@@ -622,7 +667,7 @@ mod tests {
                 // Every range; under Miri the ranges that start or end
                 // inside a group, at its edge, and past the last group.
                 let ranges: Vec<(usize, usize)> = if cfg!(miri) {
-                    vec![(0, rows), (3, 9), (1, 2)]
+                    vec![(0, rows), (3, 9), (1, 2), (15, 17)]
                 } else {
                     (0..rows)
                         .flat_map(|start| (start + 1..=rows).map(move |end| (start, end)))

@@ -16,7 +16,7 @@
 //!   [`quantized_kernel_name`] says which runs, and
 //!   `docs/tuning.md` has the measured table);
 //! - [`interleave_rows`], [`Weights::interleaved`]: Q8_0 and Q4_0 rows
-//!   interleaved by eight in place, read by AVX-512 VNNI kernels with no
+//!   interleaved by sixteen in place, read by AVX-512 VNNI kernels with no
 //!   shuffle per block (where [`interleaving_pays`]), the same bits;
 //! - [`decode`]: a synthetic decode step to measure all of it;
 //!

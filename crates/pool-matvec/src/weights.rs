@@ -248,7 +248,7 @@ pub struct Weights<'a> {
     rows: usize,
     cols: usize,
     bytes: &'a [u8],
-    /// Rows interleaved by eight (`interleaved.rs`), not row-major.
+    /// Rows interleaved by sixteen (`interleaved.rs`), not row-major.
     interleaved: bool,
 }
 
@@ -293,7 +293,7 @@ impl<'a> Weights<'a> {
     }
 
     /// `bytes` as a `rows x cols` Q8_0 or Q4_0 matrix with its rows
-    /// interleaved by eight, as [`crate::interleave_rows`] leaves it: the
+    /// interleaved by sixteen, as [`crate::interleave_rows`] leaves it: the
     /// same values as the row-major matrix it came from, and from
     /// [`Weights::rows_into`] the same bits.
     ///
