@@ -634,10 +634,9 @@ fn a_caller_does_not_step_off_onto_the_cpu_of_another_busy_caller() {
     });
 }
 
-/// Sets thread `tid`'s CPUs.
-#[cfg(target_os = "linux")]
 /// The CPU thread `tid` of this process last ran on (field 39 of its
 /// `/proc` stat line), if readable.
+#[cfg(target_os = "linux")]
 fn last_cpu_of(tid: i32) -> Option<usize> {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
     // The command name (field 2) may hold spaces: count after its ')'.
@@ -645,6 +644,8 @@ fn last_cpu_of(tid: i32) -> Option<usize> {
     fields.split_whitespace().nth(39 - 3)?.parse().ok()
 }
 
+/// Sets thread `tid`'s CPUs.
+#[cfg(target_os = "linux")]
 fn set_affinity(tid: i32, cpus: &[usize]) {
     // SAFETY: an all-zero `cpu_set_t` is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
