@@ -2,7 +2,7 @@
 //! ceiling of the same bytes, for matrices past, in and well inside the LLC;
 //! `run_many` of three matrices vs three `run_rows`; and every quantized
 //! format's kernel on one decode-shaped matrix on one thread (Q8_0 and Q4_0
-//! row-major and interleaved by eight).
+//! row-major and interleaved by sixteen).
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
@@ -165,12 +165,13 @@ fn formats(c: &mut Criterion) {
         let row = ty.row_bytes(cols).unwrap();
         let mut rng = XorShift(5);
         let mut bytes: Vec<u8> = (0..rows * row).map(|_| rng.next_u64() as u8).collect();
-        let (block, scales_at) = match ty {
-            WeightType::Q4_K => (144, [0, 2]),
-            _ => (210, [208, 208]),
+        // Q4_K's `d` and `dmin` open its block; Q6_K's `d` closes it.
+        let scales_at: &[usize] = match ty {
+            WeightType::Q4_K => &[0, 2],
+            _ => &[208],
         };
-        for super_block in bytes.chunks_exact_mut(block) {
-            for at in scales_at {
+        for super_block in bytes.chunks_exact_mut(ty.block_bytes()) {
+            for &at in scales_at {
                 super_block[at..at + 2]
                     .copy_from_slice(&half::f16::from_f32(1.0 / 256.0).to_bits().to_le_bytes());
             }

@@ -496,9 +496,9 @@ fn a_caller_that_withdraws_from_a_worker_queued_on_its_own_cpu_moves_it_off() {
                 if !widened.swap(true, Ordering::Relaxed) {
                     set_affinity(worker, &cpus);
                 }
-                // SAFETY: no preconditions; -1 on failure.
-                let cpu = unsafe { libc::sched_getcpu() };
                 if idx + 1 < n {
+                    // SAFETY: no preconditions; -1 on failure.
+                    let cpu = unsafe { libc::sched_getcpu() };
                     let beside = usize::try_from(cpu).is_ok_and(|cpu| cpu == cpus[0]);
                     let count = if beside {
                         &shares_beside

@@ -119,6 +119,12 @@ impl GroupLayout {
         }
     }
 
+    /// Bytes of the whole group: sixteen rows of `per_row` blocks.
+    #[inline]
+    fn bytes(self) -> usize {
+        self.per_row * INTERLEAVED_ROWS * (self.values + SCALE)
+    }
+
     /// Row `r`'s value byte `j` of block `b`.
     #[inline]
     fn value(self, b: usize, r: usize, j: usize) -> usize {
@@ -174,8 +180,8 @@ pub fn interleave_rows(
     let block = ty.block_bytes();
     let (values, flip) = value_bytes(ty);
     let layout = GroupLayout::of(ty, per_row);
-    let mut row_major = vec![0u8; INTERLEAVED_ROWS * block * per_row];
-    for group in bytes.chunks_exact_mut(INTERLEAVED_ROWS * block * per_row) {
+    let mut row_major = vec![0u8; layout.bytes()];
+    for group in bytes.chunks_exact_mut(layout.bytes()) {
         row_major.copy_from_slice(group);
         for r in 0..INTERLEAVED_ROWS {
             for b in 0..per_row {
@@ -213,8 +219,7 @@ fn row_block(
     }
     let (g, lane) = (r / INTERLEAVED_ROWS, r % INTERLEAVED_ROWS);
     let layout = GroupLayout::of(ty, per_row);
-    let group =
-        &bytes[g * INTERLEAVED_ROWS * block * per_row..][..INTERLEAVED_ROWS * block * per_row];
+    let group = &bytes[g * layout.bytes()..][..layout.bytes()];
     for (j, o) in out[..values].iter_mut().enumerate() {
         *o = group[layout.value(b, lane, j)] ^ flip;
     }
@@ -316,7 +321,7 @@ pub(crate) fn rows_into(
 ) {
     let end = start + out.len();
     let whole = rows / INTERLEAVED_ROWS * INTERLEAVED_ROWS;
-    let group_bytes = INTERLEAVED_ROWS * ty.block_bytes() * per_row;
+    let group_bytes = GroupLayout::of(ty, per_row).bytes();
     // Chosen once per call, not per group: a stories15M group is nine
     // blocks, and the tier checks and a copy through `memmove` per group
     // were 6 % of its 2-thread decode.
@@ -410,7 +415,7 @@ fn row_major_groups<const N: usize>(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{Activation, WeightType, GROUP_SCALES, INTERLEAVED_ROWS};
+    use super::{Activation, GroupLayout, WeightType, INTERLEAVED_ROWS};
     use crate::blocks::LANES;
     use crate::q8_0::avx2::{prefetch_ahead, Q4_0_L2_AHEAD, Q8_0_L2_AHEAD};
 
@@ -455,14 +460,16 @@ mod avx512 {
         x: &Activation<'_>,
         out: [&mut [f32; INTERLEAVED_ROWS]; N],
     ) {
-        /// Value bytes of a group block: sixteen rows of 32.
-        const VALUES: usize = INTERLEAVED_ROWS * 32;
+        let layout = GroupLayout {
+            values: 32,
+            per_row,
+        };
         for group in groups {
-            assert!(group.len() >= per_row * (VALUES + GROUP_SCALES));
+            assert!(group.len() >= layout.bytes());
         }
         let block = |g: usize, b: usize| {
-            let at = groups[g][b * VALUES..].as_ptr();
-            prefetch_ahead::<Q8_0_L2_AHEAD>(at, VALUES);
+            let at = groups[g][layout.value(b, 0, 0)..].as_ptr();
+            prefetch_ahead::<Q8_0_L2_AHEAD>(at, INTERLEAVED_ROWS * layout.values);
             let xs = x.q[b].qs.as_ptr().cast::<i32>();
             // Two chains of four: integer sums, exact in any order.
             let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
@@ -485,7 +492,7 @@ mod avx512 {
             let biased = _mm512_add_epi32(s0, s1);
             _mm512_sub_epi32(biased, _mm512_slli_epi32::<7>(_mm512_set1_epi32(x.sum[b])))
         };
-        let scales = |g: usize, b: usize| groups[g][per_row * VALUES + b * GROUP_SCALES..].as_ptr();
+        let scales = |g: usize, b: usize| groups[g][layout.scale(b, 0)..].as_ptr();
         // SAFETY: the features, by this function's contract; `scales(g,
         // b)` is block `b`'s 32 bytes of scales, inside the group
         // (asserted).
@@ -504,15 +511,17 @@ mod avx512 {
         x: &Activation<'_>,
         out: [&mut [f32; INTERLEAVED_ROWS]; N],
     ) {
-        /// Value bytes of a group block: sixteen rows of 16.
-        const VALUES: usize = INTERLEAVED_ROWS * 16;
+        let layout = GroupLayout {
+            values: 16,
+            per_row,
+        };
         for group in groups {
-            assert!(group.len() >= per_row * (VALUES + GROUP_SCALES));
+            assert!(group.len() >= layout.bytes());
         }
         let low = _mm512_set1_epi8(0x0f);
         let block = |g: usize, b: usize| {
-            let at = groups[g][b * VALUES..].as_ptr();
-            prefetch_ahead::<Q4_0_L2_AHEAD>(at, VALUES);
+            let at = groups[g][layout.value(b, 0, 0)..].as_ptr();
+            prefetch_ahead::<Q4_0_L2_AHEAD>(at, INTERLEAVED_ROWS * layout.values);
             let xs = x.q[b].qs.as_ptr().cast::<i32>();
             let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
             for c in 0..4 {
@@ -536,7 +545,7 @@ mod avx512 {
             let biased = _mm512_add_epi32(s0, s1);
             _mm512_sub_epi32(biased, _mm512_slli_epi32::<3>(_mm512_set1_epi32(x.sum[b])))
         };
-        let scales = |g: usize, b: usize| groups[g][per_row * VALUES + b * GROUP_SCALES..].as_ptr();
+        let scales = |g: usize, b: usize| groups[g][layout.scale(b, 0)..].as_ptr();
         // SAFETY: as for `q8_0_group`.
         unsafe { accumulate(per_row, x, out, block, scales) }
     }
