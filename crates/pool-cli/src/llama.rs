@@ -406,7 +406,10 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         );
         let interleaved = match model.interleaved_matrices() {
             0 => String::new(),
-            n => format!("; {n} matrices with rows interleaved by 8"),
+            n => format!(
+                "; {n} matrices with rows interleaved by {}",
+                pool_matvec::INTERLEAVED_ROWS
+            ),
         };
         println!(
             "tensors {}; kernels {} (quantized: {}{interleaved}); {} executor, {}",
