@@ -128,24 +128,24 @@ impl Gguf {
     /// cannot read is checked only for its offset).
     pub fn parse(bytes: &[u8]) -> Result<Gguf, LoadError> {
         let mut r = Reader { bytes, at: 0 };
-        let magic = r.take(4, "the magic")?;
+        let magic = r.take(4, &|| "the magic".into())?;
         if magic != GGUF_MAGIC {
             return Err(LoadError::NotGguf {
                 magic: magic.try_into().expect("4 bytes"),
             });
         }
-        let version = r.u32("the version")?;
+        let version = r.u32(&|| "the version".into())?;
         if !(2..=3).contains(&version) {
             return Err(LoadError::GgufVersion(version));
         }
-        let tensor_count = r.u64("the tensor count")?;
-        let kv_count = r.u64("the metadata count")?;
+        let tensor_count = r.u64(&|| "the tensor count".into())?;
+        let kv_count = r.u64(&|| "the metadata count".into())?;
         // Each key/value needs at least 12 bytes, each tensor info 24.
-        r.fits(kv_count, 12, "metadata entries")?;
+        r.fits(kv_count, 12, &|| "metadata entries".into())?;
         let mut metadata = Vec::with_capacity(kv_count as usize);
         for i in 0..kv_count {
-            let key = r.string(&format!("metadata key {i}"))?;
-            let value_type = r.u32(&format!("the type of {key:?}"))?;
+            let key = r.string(&|| format!("metadata key {i}"))?;
+            let value_type = r.u32(&|| format!("the type of {key:?}"))?;
             let value = r.value(value_type, &key, 0)?;
             metadata.push((key, value));
         }
@@ -160,21 +160,21 @@ impl Gguf {
                 }
             },
         };
-        r.fits(tensor_count, 24, "tensor infos")?;
+        r.fits(tensor_count, 24, &|| "tensor infos".into())?;
         let mut tensors = Vec::with_capacity(tensor_count as usize);
         for i in 0..tensor_count {
-            let name = r.string(&format!("tensor {i}'s name"))?;
-            let n_dims = r.u32(&format!("{name}'s dimension count"))?;
+            let name = r.string(&|| format!("tensor {i}'s name"))?;
+            let n_dims = r.u32(&|| format!("{name}'s dimension count"))?;
             if n_dims == 0 || n_dims > 4 {
                 return Err(LoadError::BadGguf(format!(
                     "tensor {name} has {n_dims} dimensions (1 to 4 allowed)"
                 )));
             }
             let dims = (0..n_dims)
-                .map(|_| r.u64(&format!("{name}'s dimensions")))
+                .map(|_| r.u64(&|| format!("{name}'s dimensions")))
                 .collect::<Result<Vec<_>, _>>()?;
-            let ggml_type = r.u32(&format!("{name}'s type"))?;
-            let offset = r.u64(&format!("{name}'s offset"))?;
+            let ggml_type = r.u32(&|| format!("{name}'s type"))?;
+            let offset = r.u64(&|| format!("{name}'s offset"))?;
             tensors.push(TensorInfo {
                 name,
                 dims,
@@ -237,6 +237,11 @@ fn tensor_bytes(ty: u32, dims: &[u64]) -> Option<u64> {
     (values / block).checked_mul(weight_type.block_bytes() as u64)
 }
 
+/// What a read is of, for its error: made only when the read fails (a
+/// tokenizer's 32,000 strings each formatting their description up front
+/// cost most of a parse).
+type What<'w> = &'w dyn Fn() -> String;
+
 /// A cursor over the file's bytes; every read is checked.
 struct Reader<'a> {
     bytes: &'a [u8],
@@ -244,14 +249,14 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], LoadError> {
+    fn take(&mut self, n: usize, what: What<'_>) -> Result<&'a [u8], LoadError> {
         let end = self
             .at
             .checked_add(n)
             .filter(|&end| end <= self.bytes.len());
         let Some(end) = end else {
             return Err(LoadError::TruncatedAt {
-                what: what.to_owned(),
+                what: what(),
                 needed: self.at.saturating_add(n),
                 found: self.bytes.len(),
             });
@@ -261,13 +266,13 @@ impl<'a> Reader<'a> {
         Ok(slice)
     }
 
-    fn u32(&mut self, what: &str) -> Result<u32, LoadError> {
+    fn u32(&mut self, what: What<'_>) -> Result<u32, LoadError> {
         Ok(u32::from_le_bytes(
             self.take(4, what)?.try_into().expect("4 bytes"),
         ))
     }
 
-    fn u64(&mut self, what: &str) -> Result<u64, LoadError> {
+    fn u64(&mut self, what: What<'_>) -> Result<u64, LoadError> {
         Ok(u64::from_le_bytes(
             self.take(8, what)?.try_into().expect("8 bytes"),
         ))
@@ -275,40 +280,41 @@ impl<'a> Reader<'a> {
 
     /// Fails unless `count` items of at least `each` bytes fit in what
     /// remains (so a corrupt count never drives an allocation).
-    fn fits(&self, count: u64, each: u64, what: &str) -> Result<(), LoadError> {
+    fn fits(&self, count: u64, each: u64, what: What<'_>) -> Result<(), LoadError> {
         let remaining = (self.bytes.len() - self.at) as u64;
         if count.checked_mul(each).is_none_or(|n| n > remaining) {
             return Err(LoadError::BadGguf(format!(
-                "truncated or corrupt: {count} {what} cannot fit in the {remaining} bytes left"
+                "truncated or corrupt: {count} {} cannot fit in the {remaining} bytes left",
+                what()
             )));
         }
         Ok(())
     }
 
-    fn string(&mut self, what: &str) -> Result<String, LoadError> {
+    fn string(&mut self, what: What<'_>) -> Result<String, LoadError> {
         let len = self.u64(what)?;
-        self.fits(len, 1, &format!("bytes of {what}"))?;
+        self.fits(len, 1, &|| format!("bytes of {}", what()))?;
         let bytes = self.take(len as usize, what)?;
         String::from_utf8(bytes.to_vec())
-            .map_err(|_| LoadError::BadGguf(format!("{what} is not UTF-8")))
+            .map_err(|_| LoadError::BadGguf(format!("{} is not UTF-8", what())))
     }
 
     /// A value of GGUF type `ty`; `depth` guards nested arrays.
     fn value(&mut self, ty: u32, key: &str, depth: u32) -> Result<Value, LoadError> {
         let what = || format!("the value of {key:?}");
         Ok(match ty {
-            0 => Value::Unsigned(u64::from(self.take(1, &what())?[0])),
-            1 => Value::Signed(i64::from(self.take(1, &what())?[0] as i8)),
+            0 => Value::Unsigned(u64::from(self.take(1, &what)?[0])),
+            1 => Value::Signed(i64::from(self.take(1, &what)?[0] as i8)),
             2 => Value::Unsigned(u64::from(u16::from_le_bytes(
-                self.take(2, &what())?.try_into().expect("2 bytes"),
+                self.take(2, &what)?.try_into().expect("2 bytes"),
             ))),
             3 => Value::Signed(i64::from(i16::from_le_bytes(
-                self.take(2, &what())?.try_into().expect("2 bytes"),
+                self.take(2, &what)?.try_into().expect("2 bytes"),
             ))),
-            4 => Value::Unsigned(u64::from(self.u32(&what())?)),
-            5 => Value::Signed(i64::from(self.u32(&what())? as i32)),
-            6 => Value::Float(f64::from(f32::from_bits(self.u32(&what())?))),
-            7 => match self.take(1, &what())?[0] {
+            4 => Value::Unsigned(u64::from(self.u32(&what)?)),
+            5 => Value::Signed(i64::from(self.u32(&what)? as i32)),
+            6 => Value::Float(f64::from(f32::from_bits(self.u32(&what)?))),
+            7 => match self.take(1, &what)?[0] {
                 0 => Value::Bool(false),
                 1 => Value::Bool(true),
                 other => {
@@ -318,7 +324,7 @@ impl<'a> Reader<'a> {
                     )))
                 }
             },
-            8 => Value::String(self.string(&what())?),
+            8 => Value::String(self.string(&what)?),
             9 => {
                 if depth > 0 {
                     return Err(LoadError::BadGguf(format!(
@@ -326,8 +332,8 @@ impl<'a> Reader<'a> {
                         what()
                     )));
                 }
-                let element = self.u32(&what())?;
-                let count = self.u64(&what())?;
+                let element = self.u32(&what)?;
+                let count = self.u64(&what)?;
                 let least = match element {
                     0 | 1 | 7 => 1,
                     2 | 3 => 2,
@@ -335,16 +341,16 @@ impl<'a> Reader<'a> {
                     8 | 10..=12 => 8,
                     _ => 1,
                 };
-                self.fits(count, least, &format!("elements of {}", what()))?;
+                self.fits(count, least, &|| format!("elements of {}", what()))?;
                 let mut items = Vec::with_capacity(count as usize);
                 for _ in 0..count {
                     items.push(self.value(element, key, depth + 1)?);
                 }
                 Value::Array(items)
             }
-            10 => Value::Unsigned(self.u64(&what())?),
-            11 => Value::Signed(self.u64(&what())? as i64),
-            12 => Value::Float(f64::from_bits(self.u64(&what())?)),
+            10 => Value::Unsigned(self.u64(&what)?),
+            11 => Value::Signed(self.u64(&what)? as i64),
+            12 => Value::Float(f64::from_bits(self.u64(&what)?)),
             other => {
                 return Err(LoadError::BadGguf(format!(
                     "{} has value type {other}, which GGUF does not define",

@@ -291,6 +291,18 @@ fn bad_files_are_errors_that_name_the_problem() {
         ),
         ("a truncated header", bytes[..200].to_vec(), "truncated"),
         (
+            "a header cut inside the vocabulary",
+            {
+                let key = b"tokenizer.ggml.tokens";
+                let at = bytes
+                    .windows(key.len())
+                    .position(|w| w == key)
+                    .expect("the vocabulary's key");
+                bytes[..at + key.len() + 40].to_vec()
+            },
+            "tokenizer.ggml.tokens",
+        ),
+        (
             "an alignment that is not a power of two",
             with(&|w| w.meta("general.alignment", Meta::U32(48)).alignment = 48),
             "not a power of two",
