@@ -21,7 +21,8 @@
 //!   are bit-identical for every executor and thread count.
 
 use pool_matvec::{
-    add_weighted_rows, dot_fast_rows, PreparedInput, RowParallel, RowsInto, RowsIntoFn, WeightType,
+    add_weighted_rows, dot_fast_rows, InputBuffers, PreparedInput, RowParallel, RowsInto,
+    RowsIntoFn, WeightType,
 };
 
 use crate::model::{MatrixRef, Model};
@@ -49,6 +50,9 @@ pub struct State {
     logits: Vec<f32>,
     /// (cos, sin) of this position for each rotated pair of a head.
     rope: Vec<(f32, f32)>,
+    /// The storage each job's quantized input is made in, reused: a
+    /// token allocates nothing after the first.
+    inputs: InputBuffers,
     /// Positions the cache holds.
     positions: usize,
 }
@@ -89,6 +93,7 @@ impl Model {
             value_cache: vec![0.0; cache],
             logits: vec![0.0; c.vocab_size],
             rope: vec![(0.0, 0.0); self.rope.dims / 2],
+            inputs: InputBuffers::default(),
             positions,
         }
     }
@@ -109,7 +114,12 @@ impl Model {
     ) -> &'s [f32] {
         self.layers(exec, state, token, pos);
         let s = state;
-        self.matvecs(exec, &s.xb, &mut [(&self.output, &mut s.logits[..])]);
+        self.matvecs(
+            exec,
+            &s.xb,
+            [(&self.output, &mut s.logits[..])],
+            &mut s.inputs,
+        );
         &s.logits
     }
 
@@ -127,13 +137,14 @@ impl Model {
     ) -> u32 {
         self.layers(exec, state, token, pos);
         let s = state;
-        let input = PreparedInput::new(&s.xb, [self.output.ty]);
+        let input = PreparedInput::new_in(&s.xb, [self.output.ty], std::mem::take(&mut s.inputs));
         let output = self.weights(&self.output);
         let best = BestLogit::new(s.logits.len());
         exec.run_rows_into(&mut s.logits, |start, rows| {
             output.rows_into(&input, start, rows);
             best.fold(start, rows);
         });
+        s.inputs = input.into_buffers();
         best.index()
     }
 
@@ -166,7 +177,8 @@ impl Model {
                 self.matvecs(
                     exec,
                     &s.xb,
-                    &mut [(&l.wq, &mut s.q[..]), (&l.wk, k), (&l.wv, v)],
+                    [(&l.wq, &mut s.q[..]), (&l.wk, k), (&l.wv, v)],
+                    &mut s.inputs,
                 );
             }
             rope(&mut s.q, &s.rope, c.head_size());
@@ -176,11 +188,11 @@ impl Model {
                 c.head_size(),
             );
             self.attention(exec, layer, pos, s);
-            self.matvecs(exec, &s.xb, &mut [(&l.wo, &mut s.xb2[..])]);
+            self.matvecs(exec, &s.xb, [(&l.wo, &mut s.xb2[..])], &mut s.inputs);
             add(&mut s.x, &s.xb2);
             rms_norm(&mut s.xb, &s.x, &l.ffn_norm, self.rms_eps);
-            self.swiglu(exec, &s.xb, &l.gate, &l.up, &mut s.hb);
-            self.matvecs(exec, &s.hb, &mut [(&l.down, &mut s.xb[..])]);
+            self.swiglu(exec, &s.xb, [&l.gate, &l.up], &mut s.hb, &mut s.inputs);
+            self.matvecs(exec, &s.hb, [(&l.down, &mut s.xb[..])], &mut s.inputs);
             add(&mut s.x, &s.xb);
         }
         rms_norm(&mut s.xb, &s.x, &self.final_norm, self.rms_eps);
@@ -237,23 +249,36 @@ impl Model {
     }
 
     /// `out_i = m_i x` for matrices sharing the input `x`, as one row job:
-    /// `x` quantized once for all of them.
-    fn matvecs(&self, exec: &dyn RowParallel, x: &[f32], parts: &mut [(&MatrixRef, &mut [f32])]) {
-        let input = PreparedInput::new(x, parts.iter().map(|(m, _)| m.ty));
-        let matrices: Vec<_> = parts.iter().map(|(m, _)| self.weights(m)).collect();
-        let callbacks: Vec<_> = matrices
-            .iter()
-            .map(|w| {
+    /// `x` quantized once for all of them, in `inputs`' storage. The parts
+    /// stay on the stack, so the job allocates nothing.
+    fn matvecs<const N: usize>(
+        &self,
+        exec: &dyn RowParallel,
+        x: &[f32],
+        parts: [(&MatrixRef, &mut [f32]); N],
+        inputs: &mut InputBuffers,
+    ) {
+        let input = PreparedInput::new_in(
+            x,
+            parts.each_ref().map(|(m, _)| m.ty),
+            std::mem::take(inputs),
+        );
+        {
+            let matrices = parts.each_ref().map(|(m, _)| self.weights(m));
+            let callbacks = matrices.each_ref().map(|w| {
                 let input = &input;
                 move |start: usize, out: &mut [f32]| w.rows_into(input, start, out)
-            })
-            .collect();
-        let mut outputs: Vec<(&mut [f32], &RowsIntoFn<'_, f32>)> = parts
-            .iter_mut()
-            .zip(&callbacks)
-            .map(|((_, out), f)| (&mut **out, f as &RowsIntoFn<'_, f32>))
-            .collect();
-        exec.run_many_into(&mut outputs);
+            });
+            let mut outputs: [(&mut [f32], &RowsIntoFn<'_, f32>); N] = {
+                let mut callbacks = callbacks.iter();
+                parts.map(|(_, out)| {
+                    let f = callbacks.next().expect("one callback per part");
+                    (out, f as &RowsIntoFn<'_, f32>)
+                })
+            };
+            exec.run_many_into(&mut outputs);
+        }
+        *inputs = input.into_buffers();
     }
 
     /// `out = silu(gate x) * (up x)`, a range's gate and up rows computed
@@ -263,11 +288,11 @@ impl Model {
         &self,
         exec: &dyn RowParallel,
         x: &[f32],
-        gate: &MatrixRef,
-        up: &MatrixRef,
+        [gate, up]: [&MatrixRef; 2],
         out: &mut [f32],
+        inputs: &mut InputBuffers,
     ) {
-        let input = PreparedInput::new(x, [gate.ty, up.ty]);
+        let input = PreparedInput::new_in(x, [gate.ty, up.ty], std::mem::take(inputs));
         let (gate, up) = (self.weights(gate), self.weights(up));
         exec.run_rows_into(out, |start, rows| {
             let mut ups = [0.0f32; SWIGLU_ROWS];
@@ -281,6 +306,7 @@ impl Model {
                 }
             }
         });
+        *inputs = input.into_buffers();
     }
 
     /// Every head's attention at `pos` over the cache, one job, heads

@@ -276,11 +276,28 @@ pub(crate) fn row_into(
     r: usize,
     out: &mut [f32],
 ) {
-    let values = match ty {
-        WeightType::Q8_0 => crate::dequantize_q8_0(&q8_0_rows(bytes, rows, per_row, r, 1)),
-        _ => crate::dequantize_q4_0(&q4_0_rows(bytes, rows, per_row, r, 1)),
-    };
-    out.copy_from_slice(&values);
+    // Block by block, straight into `out`: an embedding lookup per token
+    // allocates nothing.
+    for (b, out) in out.chunks_exact_mut(QK8_0).take(per_row).enumerate() {
+        let (d, v) = row_block(ty, bytes, rows, per_row, r, b);
+        let d = half::f16::from_bits(d);
+        match ty {
+            WeightType::Q8_0 => {
+                let block = BlockQ8_0 {
+                    d,
+                    qs: v.map(|q| q as i8),
+                };
+                crate::q8_0::dequantize_q8_0_into(std::slice::from_ref(&block), out);
+            }
+            _ => {
+                let block = BlockQ4_0 {
+                    d,
+                    qs: std::array::from_fn(|j| v[j]),
+                };
+                crate::q4_0::dequantize_q4_0_into(std::slice::from_ref(&block), out);
+            }
+        }
+    }
 }
 
 /// Row-major rows (already put back in order) through the tier's kernel.

@@ -88,7 +88,7 @@ pub use serial::Serial;
 pub use shape::{should_parallelize, PARALLEL_THRESHOLD};
 pub use tier::{quantized_kernel_name, simd_tier, SimdTier, SIMD_TIER_ENV};
 pub use weighted::{add_weighted_rows, add_weighted_rows_on};
-pub use weights::{PreparedInput, WeightType, Weights, WeightsError};
+pub use weights::{InputBuffers, PreparedInput, WeightType, Weights, WeightsError};
 
 /// For the loom models only (`--cfg loom` builds).
 #[cfg(loom)]

@@ -81,13 +81,20 @@ pub fn quantize_q4_0(x: &[f32]) -> Vec<BlockQ4_0> {
 
 /// The values a block row stands for.
 pub fn dequantize_q4_0(blocks: &[BlockQ4_0]) -> Vec<f32> {
-    blocks
-        .iter()
-        .flat_map(|b| {
-            let d = b.d.to_f32();
-            (0..QK4_0).map(move |j| d * f32::from(b.value(j)))
-        })
-        .collect()
+    let mut out = vec![0.0; blocks.len() * QK4_0];
+    dequantize_q4_0_into(blocks, &mut out);
+    out
+}
+
+/// [`dequantize_q4_0`] into `out` (`blocks.len() * 32` values).
+pub(crate) fn dequantize_q4_0_into(blocks: &[BlockQ4_0], out: &mut [f32]) {
+    assert_eq!(out.len(), blocks.len() * QK4_0);
+    for (b, out) in blocks.iter().zip(out.chunks_exact_mut(QK4_0)) {
+        let d = b.d.to_f32();
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = d * f32::from(b.value(j));
+        }
+    }
 }
 
 /// `out = W x` for Q4_0 weights (`w` row-major, `x.len() / 32` blocks per

@@ -53,6 +53,18 @@ impl BlockQ8_0 {
 /// assert_eq!(blocks[0].qs, [127; 32]);
 /// ```
 pub fn quantize_q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
+    let mut blocks = Vec::new();
+    quantize_q8_0_into(x, &mut blocks);
+    blocks
+}
+
+/// [`quantize_q8_0`] into `blocks`, resized to `x`'s blocks: no
+/// allocation once `blocks` has held that many.
+///
+/// # Panics
+///
+/// If `x.len()` is not a multiple of 32.
+pub(crate) fn quantize_q8_0_into(x: &[f32], blocks: &mut Vec<BlockQ8_0>) {
     assert!(
         x.len().is_multiple_of(QK8_0),
         "quantize_q8_0: {} values is not a multiple of the block size {QK8_0}",
@@ -61,22 +73,31 @@ pub fn quantize_q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
     #[cfg(target_arch = "x86_64")]
     if crate::tier::simd_tier() == SimdTier::Avx512 {
         // SAFETY: the AVX-512 tier has F and BW.
-        return unsafe { crate::quantize_avx512::quantize_q8_0(x) };
+        return unsafe { crate::quantize_avx512::quantize_q8_0_into(x, blocks) };
     }
-    quantize_widest(x)
+    quantize_widest(x, blocks)
 }
 
 crate::tier::widest_tier! {
-    fn quantize_widest(x: &[f32]) -> Vec<BlockQ8_0> = quantize_q8_0_loops;
+    fn quantize_widest(x: &[f32], blocks: &mut Vec<BlockQ8_0>) -> () = quantize_q8_0_loops_into;
 }
 
 /// The quantizer as plain loops, the reference the AVX-512 path equals bit
-/// for bit. No iterator adapters: an adapter's `fold` is a function of its
-/// own, compiled for the baseline tier, not inlined into `widest_tier!`'s
-/// wider copies.
-#[inline(always)]
+/// for bit.
+#[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) fn quantize_q8_0_loops(x: &[f32]) -> Vec<BlockQ8_0> {
-    let mut blocks = vec![BlockQ8_0::ZERO; x.len() / QK8_0];
+    let mut blocks = Vec::new();
+    quantize_q8_0_loops_into(x, &mut blocks);
+    blocks
+}
+
+/// [`quantize_q8_0_loops`] into `blocks` (resized; every field of every
+/// block written). No iterator adapters: an adapter's `fold` is a
+/// function of its own, compiled for the baseline tier, not inlined into
+/// `widest_tier!`'s wider copies.
+#[inline(always)]
+fn quantize_q8_0_loops_into(x: &[f32], blocks: &mut Vec<BlockQ8_0>) {
+    blocks.resize(x.len() / QK8_0, BlockQ8_0::ZERO);
     for (block, values) in blocks.iter_mut().zip(x.chunks_exact(QK8_0)) {
         let d = abs_max(values) / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
@@ -85,7 +106,6 @@ pub(crate) fn quantize_q8_0_loops(x: &[f32]) -> Vec<BlockQ8_0> {
         }
         block.d = f16::from_f32(d);
     }
-    blocks
 }
 
 /// `v.round()` (half away from zero), bit for bit, without the C
@@ -131,13 +151,20 @@ pub(crate) fn abs_max(values: &[f32]) -> f32 {
 
 /// The values a block row stands for.
 pub fn dequantize_q8_0(blocks: &[BlockQ8_0]) -> Vec<f32> {
-    blocks
-        .iter()
-        .flat_map(|b| {
-            let d = b.d.to_f32();
-            b.qs.iter().map(move |&q| d * q as f32)
-        })
-        .collect()
+    let mut out = vec![0.0; blocks.len() * QK8_0];
+    dequantize_q8_0_into(blocks, &mut out);
+    out
+}
+
+/// [`dequantize_q8_0`] into `out` (`blocks.len() * 32` values).
+pub(crate) fn dequantize_q8_0_into(blocks: &[BlockQ8_0], out: &mut [f32]) {
+    assert_eq!(out.len(), blocks.len() * QK8_0);
+    for (b, out) in blocks.iter().zip(out.chunks_exact_mut(QK8_0)) {
+        let d = b.d.to_f32();
+        for (o, &q) in out.iter_mut().zip(&b.qs) {
+            *o = d * q as f32;
+        }
+    }
 }
 
 /// `out = W x` for Q8_0 weights (`w` row-major, `x.len() / 32` blocks per
@@ -289,16 +316,34 @@ pub(crate) struct ActivationExtras {
 }
 
 impl ActivationExtras {
+    /// No blocks' extras, and no allocation.
+    pub(crate) const EMPTY: ActivationExtras = ActivationExtras {
+        d: Vec::new(),
+        sum: Vec::new(),
+        quads: Vec::new(),
+        has_min: false,
+    };
+
     /// What every kernel reads: scales, sums, whether -128 occurs. No
     /// `quads` (only Q4_0's kernels read them: [`ActivationExtras::for_q4_0`]).
     pub(crate) fn of(q: &[BlockQ8_0]) -> ActivationExtras {
-        extras_of(q)
+        let mut extras = ActivationExtras::EMPTY;
+        extras.fill(q, false);
+        extras
     }
 
     /// [`ActivationExtras::of`] plus the `quads` the x86 Q4_0 kernels
     /// read (elsewhere none: no work).
     pub(crate) fn for_q4_0(q: &[BlockQ8_0]) -> ActivationExtras {
-        extras_for_q4_0(q)
+        let mut extras = ActivationExtras::EMPTY;
+        extras.fill(q, true);
+        extras
+    }
+
+    /// Recomputes these extras for `q` in place (with `quads` when
+    /// `for_q4_0`): no allocation once they have held as many blocks.
+    pub(crate) fn fill(&mut self, q: &[BlockQ8_0], for_q4_0: bool) {
+        extras_into(q, self, for_q4_0);
     }
 
     /// The activation of `q`, which these extras were computed from.
@@ -315,19 +360,17 @@ impl ActivationExtras {
 }
 
 crate::tier::widest_tier! {
-    fn extras_of(q: &[BlockQ8_0]) -> ActivationExtras = extras_of_body;
-}
-
-crate::tier::widest_tier! {
-    fn extras_for_q4_0(q: &[BlockQ8_0]) -> ActivationExtras = extras_for_q4_0_body;
+    fn extras_into(q: &[BlockQ8_0], extras: &mut ActivationExtras, for_q4_0: bool) -> () = extras_into_body;
 }
 
 #[inline(always)]
-fn extras_of_body(q: &[BlockQ8_0]) -> ActivationExtras {
-    // Plain loops, as in `quantize_q8_0_loops`.
-    let (mut d, mut sum) = (vec![0.0f32; q.len()], vec![0i32; q.len()]);
+fn extras_into_body(q: &[BlockQ8_0], extras: &mut ActivationExtras, for_q4_0: bool) {
+    // Plain loops, as in `quantize_q8_0_loops_into`; every element is
+    // written, so resizing keeps no stale value.
+    extras.d.resize(q.len(), 0.0);
+    extras.sum.resize(q.len(), 0);
     let mut has_min = false;
-    for ((block, d), sum) in q.iter().zip(&mut d).zip(&mut sum) {
+    for ((block, d), sum) in q.iter().zip(&mut extras.d).zip(&mut extras.sum) {
         *d = block.d.to_f32();
         let mut s = 0i32;
         for &v in &block.qs {
@@ -336,19 +379,9 @@ fn extras_of_body(q: &[BlockQ8_0]) -> ActivationExtras {
         }
         *sum = s;
     }
-    ActivationExtras {
-        d,
-        sum,
-        quads: Vec::new(),
-        has_min,
-    }
-}
-
-#[inline(always)]
-fn extras_for_q4_0_body(q: &[BlockQ8_0]) -> ActivationExtras {
-    let mut extras = extras_of_body(q);
-    if cfg!(target_arch = "x86_64") {
-        extras.quads = vec![[0i8; 128]; q.len() / 4];
+    extras.has_min = has_min;
+    if for_q4_0 && cfg!(target_arch = "x86_64") {
+        extras.quads.resize(q.len() / 4, [0i8; 128]);
         for (quad, four) in extras.quads.iter_mut().zip(q.chunks_exact(4)) {
             // Sixteen bytes at a time: half `h` of block `b`.
             for (j, part) in quad.chunks_exact_mut(16).enumerate() {
@@ -356,8 +389,9 @@ fn extras_for_q4_0_body(q: &[BlockQ8_0]) -> ActivationExtras {
                 part.copy_from_slice(&four[b].qs[16 * h..][..16]);
             }
         }
+    } else {
+        extras.quads.clear();
     }
-    extras
 }
 
 /// One row's dot product, scalar path: the reference every SIMD path

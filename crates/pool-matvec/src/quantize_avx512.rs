@@ -64,14 +64,15 @@ fn scale_of(maxima: __m512) -> (f32, f32) {
     (d, if d != 0.0 { 1.0 / d } else { 0.0 })
 }
 
-/// [`crate::quantize_q8_0`]'s blocks.
+/// [`crate::quantize_q8_0`]'s blocks, into `blocks` (resized; every
+/// field of every block written).
 ///
 /// # Safety
 ///
 /// AVX-512 F and BW.
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(crate) unsafe fn quantize_q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
-    let mut blocks = vec![BlockQ8_0::ZERO; x.len() / QK8_0];
+pub(crate) unsafe fn quantize_q8_0_into(x: &[f32], blocks: &mut Vec<BlockQ8_0>) {
+    blocks.resize(x.len() / QK8_0, BlockQ8_0::ZERO);
     for (block, values) in blocks.iter_mut().zip(x.chunks_exact(QK8_0)) {
         // SAFETY: `values` is 32 f32: two unaligned 16-lane loads.
         let (v0, v1) = unsafe {
@@ -89,17 +90,17 @@ pub(crate) unsafe fn quantize_q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
         }
         block.d = f16::from_f32(d);
     }
-    blocks
 }
 
-/// [`crate::quantize_q8_k`]'s blocks.
+/// [`crate::quantize_q8_k`]'s blocks, into `blocks` (resized; every
+/// field of every block written).
 ///
 /// # Safety
 ///
 /// AVX-512 F and BW.
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(crate) unsafe fn quantize_q8_k(x: &[f32]) -> Vec<BlockQ8K> {
-    let mut blocks = vec![BlockQ8K::ZERO; x.len() / QK_K];
+pub(crate) unsafe fn quantize_q8_k_into(x: &[f32], blocks: &mut Vec<BlockQ8K>) {
+    blocks.resize(x.len() / QK_K, BlockQ8K::ZERO);
     for (block, values) in blocks.iter_mut().zip(x.chunks_exact(QK_K)) {
         let mut maxima = _mm512_setzero_ps();
         for sixteen in values.chunks_exact(16) {
@@ -124,7 +125,6 @@ pub(crate) unsafe fn quantize_q8_k(x: &[f32]) -> Vec<BlockQ8K> {
         }
         block.d = d;
     }
-    blocks
 }
 
 #[cfg(test)]
@@ -181,31 +181,46 @@ mod tests {
     }
 
     #[test]
-    fn the_avx512_quantizers_give_the_scalar_loops_bits() {
+    fn the_avx512_quantizers_give_the_scalar_loops_bits_in_fresh_or_reused_storage() {
         if !SimdTier::Avx512.is_available() {
             eprintln!("skipped: this CPU has no AVX-512");
             return;
         }
+        // Reused across inputs of 1024 and 256 values: what the last
+        // input left must never show through.
+        let (mut reused_q8_0, mut reused_q8_k) = (Vec::new(), Vec::new());
         for x in inputs() {
+            let (mut q8_0, mut q8_k) = (Vec::new(), Vec::new());
             // SAFETY: AVX-512 F/BW, checked above.
-            let (q8_0, q8_k) = unsafe { (quantize_q8_0(&x), quantize_q8_k(&x)) };
+            unsafe {
+                quantize_q8_0_into(&x, &mut q8_0);
+                quantize_q8_k_into(&x, &mut q8_k);
+                quantize_q8_0_into(&x, &mut reused_q8_0);
+                quantize_q8_k_into(&x, &mut reused_q8_k);
+            }
             let reference = crate::q8_0::quantize_q8_0_loops(&x);
-            for (a, b) in q8_0.iter().zip(&reference) {
-                assert_eq!(
-                    (a.d.to_bits(), a.qs),
-                    (b.d.to_bits(), b.qs),
-                    "Q8_0 of {:?}",
-                    &x[..4]
-                );
+            for blocks in [&q8_0, &reused_q8_0] {
+                assert_eq!(blocks.len(), reference.len());
+                for (a, b) in blocks.iter().zip(&reference) {
+                    assert_eq!(
+                        (a.d.to_bits(), a.qs),
+                        (b.d.to_bits(), b.qs),
+                        "Q8_0 of {:?}",
+                        &x[..4]
+                    );
+                }
             }
             let reference = crate::k_quants::quantize_q8_k_loops(&x);
-            for (a, b) in q8_k.iter().zip(&reference) {
-                assert_eq!(
-                    (a.d.to_bits(), a.qs, a.bsums),
-                    (b.d.to_bits(), b.qs, b.bsums),
-                    "Q8_K of {:?}",
-                    &x[..4]
-                );
+            for blocks in [&q8_k, &reused_q8_k] {
+                assert_eq!(blocks.len(), reference.len());
+                for (a, b) in blocks.iter().zip(&reference) {
+                    assert_eq!(
+                        (a.d.to_bits(), a.qs, a.bsums),
+                        (b.d.to_bits(), b.qs, b.bsums),
+                        "Q8_K of {:?}",
+                        &x[..4]
+                    );
+                }
             }
         }
     }

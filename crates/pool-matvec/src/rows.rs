@@ -211,27 +211,64 @@ pub trait RowsInto: RowParallel {
     /// slice and its callback, which sees its own row indices and the
     /// `&mut` rows it computes.
     fn run_many_into<T: Send>(&self, parts: &mut [(&mut [T], &RowsIntoFn<'_, T>)]) {
-        let targets: Vec<(DisjointRows<'_, T>, &RowsIntoFn<'_, T>)> = parts
-            .iter_mut()
-            .map(|(out, f)| (DisjointRows::new(out), *f))
-            .collect();
-        let callbacks: Vec<_> = targets
-            .iter()
-            .map(|(target, f)| {
+        if parts.len() > INLINE_PARTS {
+            return run_many_into_spilled(self, parts);
+        }
+        // Up to `INLINE_PARTS` parts on the stack: a decode's Q, K and V
+        // job allocates nothing (an allocation between jobs is a chain of
+        // cache misses once the weights' stream has evicted the
+        // allocator's lists).
+        let n = parts.len();
+        let mut given = parts.iter_mut();
+        let targets: [Option<(DisjointRows<'_, T>, &RowsIntoFn<'_, T>)>; INLINE_PARTS] =
+            std::array::from_fn(|_| given.next().map(|(out, f)| (DisjointRows::new(out), *f)));
+        let callbacks = targets.each_ref().map(|target| {
+            target.as_ref().map(|(target, f)| {
                 move |start: usize, end: usize| {
                     // SAFETY: run_many hands out each row of each part
                     // once per job (DisjointRows invariant).
                     f(start, unsafe { target.rows(start, end) })
                 }
             })
-            .collect();
-        let parts: Vec<(usize, &RowFn<'_>)> = targets
-            .iter()
-            .zip(&callbacks)
-            .map(|((target, _), f)| (target.len(), f as &RowFn<'_>))
-            .collect();
-        self.run_many(&parts);
+        });
+        let unused = |_: usize, _: usize| {};
+        let row_fns: [(usize, &RowFn<'_>); INLINE_PARTS] =
+            std::array::from_fn(|i| match (&targets[i], &callbacks[i]) {
+                (Some((target, _)), Some(f)) => (target.len(), f as &RowFn<'_>),
+                _ => (0, &unused as &RowFn<'_>),
+            });
+        self.run_many(&row_fns[..n]);
     }
+}
+
+/// Parts [`RowsInto::run_many_into`] keeps on the stack.
+const INLINE_PARTS: usize = 4;
+
+/// [`RowsInto::run_many_into`] for more parts than fit on the stack.
+fn run_many_into_spilled<E: RowParallel + ?Sized, T: Send>(
+    exec: &E,
+    parts: &mut [(&mut [T], &RowsIntoFn<'_, T>)],
+) {
+    let targets: Vec<(DisjointRows<'_, T>, &RowsIntoFn<'_, T>)> = parts
+        .iter_mut()
+        .map(|(out, f)| (DisjointRows::new(out), *f))
+        .collect();
+    let callbacks: Vec<_> = targets
+        .iter()
+        .map(|(target, f)| {
+            move |start: usize, end: usize| {
+                // SAFETY: run_many hands out each row of each part once
+                // per job (DisjointRows invariant).
+                f(start, unsafe { target.rows(start, end) })
+            }
+        })
+        .collect();
+    let parts: Vec<(usize, &RowFn<'_>)> = targets
+        .iter()
+        .zip(&callbacks)
+        .map(|((target, _), f)| (target.len(), f as &RowFn<'_>))
+        .collect();
+    exec.run_many(&parts);
 }
 
 impl<E: RowParallel + ?Sized> RowsInto for E {}

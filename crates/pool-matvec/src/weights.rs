@@ -12,9 +12,9 @@ use std::fmt;
 use half::f16;
 
 use crate::fast::matvec_f32_fast;
-use crate::k_quants::{self, quantize_q8_k, BlockQ4K, BlockQ6K, BlockQ8K, QK_K};
+use crate::k_quants::{self, BlockQ4K, BlockQ6K, BlockQ8K, QK_K};
 use crate::q4_0::BlockQ4_0;
-use crate::q8_0::{quantize_q8_0, ActivationExtras, BlockQ8_0, QK8_0};
+use crate::q8_0::{ActivationExtras, BlockQ8_0, QK8_0};
 
 /// A weight matrix's element type, as GGUF (ggml) stores it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -401,13 +401,15 @@ impl<'a> Weights<'a> {
             }
             WeightType::F16 => {
                 let rows: &[f16] = self.blocks(start, end);
-                let mut row = vec![0.0f32; self.cols];
-                for (r, o) in out.iter_mut().enumerate() {
-                    for (v, h) in row.iter_mut().zip(&rows[r * self.cols..][..self.cols]) {
-                        *v = h.to_f32();
+                F16_ROW.with_borrow_mut(|row| {
+                    row.resize(self.cols, 0.0);
+                    for (r, o) in out.iter_mut().enumerate() {
+                        for (v, h) in row.iter_mut().zip(&rows[r * self.cols..][..self.cols]) {
+                            *v = h.to_f32();
+                        }
+                        *o = crate::fast::dot_fast(row, x.f32);
                     }
-                    *o = crate::fast::dot_fast(&row, x.f32);
-                }
+                });
             }
             WeightType::Q8_0 | WeightType::Q4_0 if self.interleaved => {
                 let (q, extras) = x.q8_0.as_ref().expect("input prepared for Q8_0 or Q4_0");
@@ -479,16 +481,18 @@ impl<'a> Weights<'a> {
                     out,
                 );
             }
-            WeightType::Q8_0 => out.copy_from_slice(&crate::dequantize_q8_0(self.blocks(r, r + 1))),
-            WeightType::Q4_0 => out.copy_from_slice(&crate::dequantize_q4_0(self.blocks(r, r + 1))),
-            WeightType::Q4_K => {
-                out.copy_from_slice(&k_quants::dequantize_q4_k(self.blocks(r, r + 1)))
-            }
-            WeightType::Q6_K => {
-                out.copy_from_slice(&k_quants::dequantize_q6_k(self.blocks(r, r + 1)))
-            }
+            WeightType::Q8_0 => crate::q8_0::dequantize_q8_0_into(self.blocks(r, r + 1), out),
+            WeightType::Q4_0 => crate::q4_0::dequantize_q4_0_into(self.blocks(r, r + 1), out),
+            WeightType::Q4_K => k_quants::dequantize_q4_k_into(self.blocks(r, r + 1), out),
+            WeightType::Q6_K => k_quants::dequantize_q6_k_into(self.blocks(r, r + 1), out),
         }
     }
+}
+
+thread_local! {
+    /// One F16 row as f32, per thread: reused, so a row job allocates
+    /// nothing (no callback of `rows_into` calls it again re-entrantly).
+    static F16_ROW: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The activation forms, one per family of kernels.
@@ -503,10 +507,58 @@ enum Form {
 /// An input vector, quantized once into each form the matrices that read
 /// it need: Q8_0 blocks for Q8_0 and Q4_0 weights, Q8_K super-blocks for
 /// Q4_K and Q6_K.
+///
+/// A decode prepares a few inputs per layer; [`PreparedInput::new_in`]
+/// makes one in the storage the last one gave back
+/// ([`PreparedInput::into_buffers`]), so that a token allocates nothing.
+///
+/// ```
+/// use pool_matvec::{InputBuffers, PreparedInput, WeightType, Weights};
+///
+/// let m = Weights::from_f32(2, 32, &[1.0; 64]);
+/// let mut buffers = InputBuffers::default();
+/// let mut out = [0.0; 2];
+/// for step in 0..3 {
+///     let x = [step as f32; 32];
+///     let input = PreparedInput::new_in(&x, [WeightType::Q8_0, m.ty()], buffers);
+///     m.rows_into(&input, 0, &mut out);
+///     buffers = input.into_buffers();
+///     assert_eq!(out, [32.0 * step as f32; 2]);
+/// }
+/// ```
 pub struct PreparedInput<'a> {
     f32: &'a [f32],
     q8_0: Option<(Vec<BlockQ8_0>, ActivationExtras)>,
     q8k: Option<Vec<BlockQ8K>>,
+    /// The storage of the forms not asked for, kept to give back.
+    spare: InputBuffers,
+}
+
+/// Storage for the quantized forms of a [`PreparedInput`], reused from
+/// one input to the next: [`PreparedInput::new_in`] takes it,
+/// [`PreparedInput::into_buffers`] gives it back. Empty by default (no
+/// allocation until a form is first made).
+#[derive(Default)]
+pub struct InputBuffers {
+    q8_0: Vec<BlockQ8_0>,
+    extras: Option<ActivationExtras>,
+    q8k: Vec<BlockQ8K>,
+}
+
+/// A clone is empty: the storage holds no value a later input reads.
+impl Clone for InputBuffers {
+    fn clone(&self) -> InputBuffers {
+        InputBuffers::default()
+    }
+}
+
+impl fmt::Debug for InputBuffers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InputBuffers")
+            .field("q8_0_blocks", &self.q8_0.capacity())
+            .field("q8k_blocks", &self.q8k.capacity())
+            .finish()
+    }
 }
 
 impl<'a> PreparedInput<'a> {
@@ -516,21 +568,57 @@ impl<'a> PreparedInput<'a> {
     ///
     /// If `x`'s length is not whole blocks of a quantized type asked for.
     pub fn new(x: &'a [f32], types: impl IntoIterator<Item = WeightType>) -> PreparedInput<'a> {
+        PreparedInput::new_in(x, types, InputBuffers::default())
+    }
+
+    /// [`PreparedInput::new`] in `buffers`' storage: no allocation once
+    /// they have held inputs of this length and these forms. The same
+    /// values and bits as `new`.
+    ///
+    /// # Panics
+    ///
+    /// As [`PreparedInput::new`].
+    pub fn new_in(
+        x: &'a [f32],
+        types: impl IntoIterator<Item = WeightType>,
+        mut buffers: InputBuffers,
+    ) -> PreparedInput<'a> {
         let mut forms = [false; 4];
         for ty in types {
             forms[ty.form() as usize] = true;
         }
         let q8_0 = (forms[Form::Q8_0 as usize] || forms[Form::Q8_0ForQ4_0 as usize]).then(|| {
-            let q = quantize_q8_0(x);
-            let extras = if forms[Form::Q8_0ForQ4_0 as usize] {
-                ActivationExtras::for_q4_0(&q)
-            } else {
-                ActivationExtras::of(&q)
-            };
+            let mut q = std::mem::take(&mut buffers.q8_0);
+            crate::q8_0::quantize_q8_0_into(x, &mut q);
+            let mut extras = buffers.extras.take().unwrap_or(ActivationExtras::EMPTY);
+            extras.fill(&q, forms[Form::Q8_0ForQ4_0 as usize]);
             (q, extras)
         });
-        let q8k = forms[Form::Q8K as usize].then(|| quantize_q8_k(x));
-        PreparedInput { f32: x, q8_0, q8k }
+        let q8k = forms[Form::Q8K as usize].then(|| {
+            let mut q = std::mem::take(&mut buffers.q8k);
+            k_quants::quantize_q8_k_into(x, &mut q);
+            q
+        });
+        PreparedInput {
+            f32: x,
+            q8_0,
+            q8k,
+            spare: buffers,
+        }
+    }
+
+    /// The storage of this input's forms, for the next
+    /// [`PreparedInput::new_in`].
+    pub fn into_buffers(self) -> InputBuffers {
+        let mut buffers = self.spare;
+        if let Some((q, extras)) = self.q8_0 {
+            buffers.q8_0 = q;
+            buffers.extras = Some(extras);
+        }
+        if let Some(q) = self.q8k {
+            buffers.q8k = q;
+        }
+        buffers
     }
 
     /// The input's length.
@@ -552,6 +640,46 @@ mod tests {
     fn bytes_of<T>(blocks: &[T]) -> &[u8] {
         // SAFETY: test data of plain `repr(C)` blocks without padding.
         unsafe { std::slice::from_raw_parts(blocks.as_ptr().cast(), std::mem::size_of_val(blocks)) }
+    }
+
+    #[test]
+    fn an_input_made_in_reused_buffers_gives_a_fresh_inputs_bits() {
+        let mut rng = XorShift(31);
+        let mut buffers = InputBuffers::default();
+        // Lengths and forms changing from one input to the next, as a
+        // decode's inputs do (768 then 2048 values, Q8_0 then Q8_K).
+        let steps: [(usize, &[WeightType]); 6] = [
+            (512, &[WeightType::Q4_0]),
+            (256, &[WeightType::Q8_0, WeightType::Q6_K]),
+            (1024, &[WeightType::Q4_K]),
+            (256, &[WeightType::Q4_0, WeightType::Q8_0]),
+            (768, &[WeightType::Q8_0]),
+            (512, &[WeightType::Q6_K, WeightType::Q4_0]),
+        ];
+        for (cols, types) in steps {
+            let x: Vec<f32> = (0..cols).map(|_| rng.uniform()).collect();
+            let values: Vec<f32> = (0..3 * cols).map(|_| rng.uniform()).collect();
+            let fresh = PreparedInput::new(&x, types.iter().copied());
+            let reused = PreparedInput::new_in(&x, types.iter().copied(), buffers);
+            for &ty in types {
+                let bytes = match ty {
+                    WeightType::Q8_0 => bytes_of(&crate::quantize_q8_0(&values)).to_vec(),
+                    WeightType::Q4_0 => bytes_of(&crate::quantize_q4_0(&values)).to_vec(),
+                    WeightType::Q4_K => bytes_of(&crate::quantize_q4_k(&values)).to_vec(),
+                    _ => bytes_of(&crate::quantize_q6_k(&values)).to_vec(),
+                };
+                let m = Weights::new(ty, 3, cols, &bytes).unwrap();
+                let (mut a, mut b) = ([0.0f32; 3], [0.0f32; 3]);
+                m.rows_into(&fresh, 0, &mut a);
+                m.rows_into(&reused, 0, &mut b);
+                assert_eq!(
+                    a.map(f32::to_bits),
+                    b.map(f32::to_bits),
+                    "{ty}, {cols} columns"
+                );
+            }
+            buffers = reused.into_buffers();
+        }
     }
 
     #[test]

@@ -176,24 +176,45 @@ fn check_super_blocks(what: &str, len: usize) {
 ///
 /// If `x.len()` is not a multiple of 256.
 pub fn quantize_q8_k(x: &[f32]) -> Vec<BlockQ8K> {
+    let mut blocks = Vec::new();
+    quantize_q8_k_into(x, &mut blocks);
+    blocks
+}
+
+/// [`quantize_q8_k`] into `blocks`, resized to `x`'s super-blocks: no
+/// allocation once `blocks` has held that many.
+///
+/// # Panics
+///
+/// If `x.len()` is not a multiple of 256.
+pub(crate) fn quantize_q8_k_into(x: &[f32], blocks: &mut Vec<BlockQ8K>) {
     check_super_blocks("quantize_q8_k", x.len());
     #[cfg(target_arch = "x86_64")]
     if crate::tier::simd_tier() == SimdTier::Avx512 {
         // SAFETY: the AVX-512 tier has F and BW.
-        return unsafe { crate::quantize_avx512::quantize_q8_k(x) };
+        return unsafe { crate::quantize_avx512::quantize_q8_k_into(x, blocks) };
     }
-    quantize_q8_k_widest(x)
+    quantize_q8_k_widest(x, blocks)
 }
 
 crate::tier::widest_tier! {
-    fn quantize_q8_k_widest(x: &[f32]) -> Vec<BlockQ8K> = quantize_q8_k_loops;
+    fn quantize_q8_k_widest(x: &[f32], blocks: &mut Vec<BlockQ8K>) -> () = quantize_q8_k_loops_into;
 }
 
 /// The quantizer as plain loops, as Q8_0's `quantize_q8_0_loops`: the
 /// reference of the AVX-512 path.
-#[inline(always)]
+#[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) fn quantize_q8_k_loops(x: &[f32]) -> Vec<BlockQ8K> {
-    let mut blocks = vec![BlockQ8K::ZERO; x.len() / QK_K];
+    let mut blocks = Vec::new();
+    quantize_q8_k_loops_into(x, &mut blocks);
+    blocks
+}
+
+/// [`quantize_q8_k_loops`] into `blocks` (resized; every field of every
+/// super-block written).
+#[inline(always)]
+fn quantize_q8_k_loops_into(x: &[f32], blocks: &mut Vec<BlockQ8K>) {
+    blocks.resize(x.len() / QK_K, BlockQ8K::ZERO);
     for (block, values) in blocks.iter_mut().zip(x.chunks_exact(QK_K)) {
         let d = crate::q8_0::abs_max(values) / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
@@ -209,7 +230,6 @@ pub(crate) fn quantize_q8_k_loops(x: &[f32]) -> Vec<BlockQ8K> {
         }
         block.d = d;
     }
-    blocks
 }
 
 /// Quantizes `x` to Q4_K (a straightforward quantizer: each sub-block's
@@ -320,29 +340,41 @@ pub fn quantize_q6_k(x: &[f32]) -> Vec<BlockQ6K> {
 
 /// The values a Q4_K row stands for.
 pub fn dequantize_q4_k(blocks: &[BlockQ4K]) -> Vec<f32> {
-    let mut out = Vec::with_capacity(blocks.len() * QK_K);
-    for b in blocks {
+    let mut out = vec![0.0; blocks.len() * QK_K];
+    dequantize_q4_k_into(blocks, &mut out);
+    out
+}
+
+/// [`dequantize_q4_k`] into `out` (`blocks.len() * 256` values).
+pub(crate) fn dequantize_q4_k_into(blocks: &[BlockQ4K], out: &mut [f32]) {
+    assert_eq!(out.len(), blocks.len() * QK_K);
+    for (b, out) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
         let (sc, m) = b.scales_and_mins();
         let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
-        for v in 0..QK_K {
+        for (v, o) in out.iter_mut().enumerate() {
             let j = v / 32;
-            out.push(d * f32::from(sc[j]) * f32::from(b.value(v)) - dmin * f32::from(m[j]));
+            *o = d * f32::from(sc[j]) * f32::from(b.value(v)) - dmin * f32::from(m[j]);
         }
     }
-    out
 }
 
 /// The values a Q6_K row stands for.
 pub fn dequantize_q6_k(blocks: &[BlockQ6K]) -> Vec<f32> {
-    let mut out = Vec::with_capacity(blocks.len() * QK_K);
-    for b in blocks {
+    let mut out = vec![0.0; blocks.len() * QK_K];
+    dequantize_q6_k_into(blocks, &mut out);
+    out
+}
+
+/// [`dequantize_q6_k`] into `out` (`blocks.len() * 256` values).
+pub(crate) fn dequantize_q6_k_into(blocks: &[BlockQ6K], out: &mut [f32]) {
+    assert_eq!(out.len(), blocks.len() * QK_K);
+    for (b, out) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
         let d = b.d.to_f32();
-        for v in 0..QK_K {
+        for (v, o) in out.iter_mut().enumerate() {
             let q = i32::from(b.value(v)) - 32;
-            out.push(d * f32::from(b.scales[v / 16]) * q as f32);
+            *o = d * f32::from(b.scales[v / 16]) * q as f32;
         }
     }
-    out
 }
 
 /// A Q4_K super-block's term from its exact integer sums (module docs).
