@@ -320,9 +320,30 @@ fn matvec(m: &Matrix, x: &[f32]) -> Vec<f32> {
         .collect()
 }
 
+/// The norm's sum of squares in the decoder's order (and below, its
+/// `w * (x / rms)` as `w * (scale * x)`, as the decoder rounds it): sixteen lanes (lane
+/// `i` over the values at `i mod 16`), added pairwise 8, 4, 2, 1 apart,
+/// then the tail. The activations are quantized after the norm, so a
+/// last-bit difference in it can move a value across a rounding edge and
+/// a logit by a quantization step: the reference specifies this bit.
+fn sum_of_squares(x: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let body = x.len() / 16 * 16;
+    for (i, v) in x[..body].iter().enumerate() {
+        lanes[i % 16] += v * v;
+    }
+    for width in [8, 4, 2, 1] {
+        for i in 0..width {
+            lanes[i] += lanes[i + width];
+        }
+    }
+    x[body..].iter().fold(lanes[0], |sum, v| sum + v * v)
+}
+
 fn rms(x: &[f32], w: &[f32]) -> Vec<f32> {
-    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32 + 1e-5;
-    x.iter().zip(w).map(|(x, w)| w * (x / ss.sqrt())).collect()
+    let ss: f32 = sum_of_squares(x) / x.len() as f32 + 1e-5;
+    let scale = 1.0 / ss.sqrt();
+    x.iter().zip(w).map(|(x, w)| w * (scale * x)).collect()
 }
 
 /// The reference's greedy tokens from BOS and each step's logits.
