@@ -262,6 +262,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::LANES;
+    use crate::shape::{prefetch_values, ROWS_AHEAD};
 
     /// Safe entry: only selected after AVX2 and FMA were detected.
     pub(super) fn dot(w: &[f32], x: &[f32]) -> f32 {
@@ -284,6 +285,8 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn dots_avx2(x: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
         for (t, o) in out.iter_mut().enumerate() {
+            let ahead = rows.as_ptr().wrapping_add((t + ROWS_AHEAD) * stride);
+            prefetch_values(ahead, x.len());
             // SAFETY: the features, by this function's contract.
             *o = unsafe { dot_avx2(&rows[t * stride..][..x.len()], x) };
         }
@@ -399,6 +402,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::LANES;
+    use crate::shape::{prefetch_values, ROWS_AHEAD};
 
     /// Safe entry: only selected after the AVX-512 tier was detected.
     pub(super) fn dot(w: &[f32], x: &[f32]) -> f32 {
@@ -427,6 +431,8 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     unsafe fn dots_avx512(x: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
         for (t, o) in out.iter_mut().enumerate() {
+            let ahead = rows.as_ptr().wrapping_add((t + ROWS_AHEAD) * stride);
+            prefetch_values(ahead, x.len());
             // SAFETY: the features, by this function's contract.
             *o = unsafe { dot_avx512(&rows[t * stride..][..x.len()], x) };
         }

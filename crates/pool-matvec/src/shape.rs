@@ -86,3 +86,29 @@ pub(crate) fn check_blocks(kernel: &str, w_blocks: usize, rows: usize, blocks_pe
         );
     }
 }
+
+/// Rows ahead that the strided-row kernels (attention's scores and
+/// weighted sum over the KV cache) prefetch. A head's row of the cache is
+/// 64-128 values, one row per position `kv_dim` apart: a stride the
+/// hardware prefetcher does not follow across pages, so each row was a
+/// miss to L3 (the weights' stream evicts the cache from L2 every layer).
+pub(crate) const ROWS_AHEAD: usize = 8;
+
+/// Prefetches into L1 the cache lines of `len` values at `at` (any
+/// address: a prefetch never faults, and `wrapping_add` forms it).
+#[inline(always)]
+pub(crate) fn prefetch_values(at: *const f32, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let mut line = 0;
+        while line < len {
+            // SAFETY: SSE is in every x86_64 CPU; a prefetch reads
+            // nothing and never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line).cast()) };
+            line += 16;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (at, len);
+}

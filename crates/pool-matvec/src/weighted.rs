@@ -5,7 +5,7 @@
 //! elements are independent, so the vector width changes nothing and
 //! every tier gives the scalar loop's bits.
 
-use crate::shape::check_strided_rows;
+use crate::shape::{check_strided_rows, prefetch_values, ROWS_AHEAD};
 use crate::tier::{simd_tier, SimdTier};
 
 /// Output elements a pass keeps in registers: four AVX-512 vectors, one
@@ -115,6 +115,10 @@ fn add_weighted_rows_generic(out: &mut [f32], weights: &[f32], values: &[f32], s
     for start in (0..whole).step_by(CHUNK) {
         let mut acc: [f32; CHUNK] = out[start..start + CHUNK].try_into().expect("a chunk");
         for (t, &a) in weights.iter().enumerate() {
+            let ahead = values
+                .as_ptr()
+                .wrapping_add((t + ROWS_AHEAD) * stride + start);
+            prefetch_values(ahead, CHUNK);
             let row: &[f32; CHUNK] = values[t * stride + start..][..CHUNK]
                 .try_into()
                 .expect("a chunk");
