@@ -402,7 +402,7 @@ impl Shared {
                 seats: AtomicU64::new(0),
                 job_seq: AtomicU64::new(0),
             }),
-            join_sleepers: CachePadded::new(Sleepers::new()),
+            join_sleepers: CachePadded::new(Sleepers::with_room(4)),
             worker_panicked: CachePadded::new(AtomicBool::new(false)),
             epoch: CachePadded::new(AtomicUsize::new(0)),
             settings: CachePadded::new(Settings {

@@ -60,7 +60,7 @@ pub use env::{
     parse_spin_policy, spin_policy_from_env, InvalidSpinBudget, DEFAULT_SPIN_BUDGET, SPIN_ENV,
 };
 pub use global::{all_worker_tids, global, init_global};
-pub use load::foreign_cpus;
+pub use load::{cpu_set_refreshes, foreign_cpus};
 pub use phased::{JobBarrier, PhaseOutput};
 pub use policy::{spin_iteration_ns, SpinPolicy, DEFAULT_LINGER, MIN_ADAPTIVE_SPIN};
 pub use pool::Pool;

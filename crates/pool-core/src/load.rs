@@ -29,9 +29,21 @@ static LAST_PROCESS_US: AtomicU64 = AtomicU64::new(0);
 /// CPUs other processes kept busy over the last interval, as f64 bits.
 static FOREIGN_CPUS: AtomicU64 = AtomicU64::new(0);
 
+/// Refreshes of the process's CPU set by the load sampler (once a second
+/// at most).
+static CPU_SET_REFRESHES: AtomicU64 = AtomicU64::new(0);
+
 /// CPUs other processes kept busy over the last sampled interval.
 pub fn foreign_cpus() -> f64 {
     f64::from_bits(FOREIGN_CPUS.load(Ordering::Relaxed))
+}
+
+/// How many times the load sampler has read the process's CPU set, the
+/// one step of a sample that allocates (at most once a second; every
+/// other sample allocates nothing). For tests that count a decode's
+/// allocations: a token during which this changed may hold that one.
+pub fn cpu_set_refreshes() -> u64 {
+    CPU_SET_REFRESHES.load(Ordering::Relaxed)
 }
 
 /// Samples if the last sample is older than the interval. `now` is
@@ -132,39 +144,73 @@ pub(crate) fn busy_jiffies_of(stat: &str, cpus: &[usize]) -> Option<u64> {
         if !cpus.contains(&cpu) {
             continue;
         }
-        let fields: Vec<u64> = fields
-            .split_whitespace()
-            .filter_map(|f| f.parse().ok())
-            .collect();
         // user nice system idle iowait irq softirq steal: busy is all but
         // idle, iowait and steal (time the hypervisor ran another guest
         // slows every thread alike; it is not a process beside ours).
-        let all: u64 = fields.iter().take(7).sum();
-        let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+        let (mut all, mut idle, mut seen) = (0u64, 0u64, 0);
+        for (i, field) in fields
+            .split_whitespace()
+            .filter_map(|f| f.parse::<u64>().ok())
+            .take(7)
+            .enumerate()
+        {
+            all += field;
+            if i == 3 || i == 4 {
+                idle += field;
+            }
+            seen = i + 1;
+        }
+        if seen < 4 {
+            return None; // no idle field: not a line this code knows
+        }
         total += all.saturating_sub(idle);
         found = true;
     }
     found.then_some(total)
 }
 
-/// Busy jiffies of this process's CPUs.
+/// Busy jiffies of this process's CPUs. Allocates nothing but once a
+/// second, when it refreshes the process's CPU set: the text of
+/// `/proc/stat` is read into a buffer kept from the last sample, since a
+/// sample runs on a caller between jobs, where an allocation is a chain of
+/// cache misses (the decode tests count every allocation of a token).
 #[cfg(all(any(target_os = "linux", target_os = "android"), not(miri), not(loom)))]
 fn own_cpus_busy_jiffies() -> Option<u64> {
+    use std::io::Read;
+
     use crate::fork_safe::ForkSafeMutex;
-    /// The process's CPUs and when they were read (`clock::ticks`).
-    static CPUS: ForkSafeMutex<(Vec<usize>, u64)> =
-        ForkSafeMutex::new((Vec::new(), 0), || (Vec::new(), 0));
-    let now = crate::clock::ticks();
-    let cpus = {
-        let mut cached = CPUS.lock();
-        let age_ns = now.wrapping_sub(cached.1) as f64 * crate::clock::ns_per_tick();
-        if cached.0.is_empty() || age_ns > 1e9 {
-            *cached = (pool_topo::process_affinity_cpus(), now);
+    /// The process's CPUs, when they were read (`clock::ticks`), and the
+    /// last sample's `/proc/stat` bytes (kept for their capacity).
+    struct Sampler {
+        cpus: Vec<usize>,
+        read_at: u64,
+        text: Vec<u8>,
+    }
+    const fn fresh() -> Sampler {
+        Sampler {
+            cpus: Vec::new(),
+            read_at: 0,
+            text: Vec::new(),
         }
-        cached.0.clone()
-    };
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    busy_jiffies_of(&stat, &cpus)
+    }
+    static SAMPLER: ForkSafeMutex<Sampler> = ForkSafeMutex::new(fresh(), fresh);
+    let now = crate::clock::ticks();
+    let mut sampler = SAMPLER.lock();
+    let age_ns = now.wrapping_sub(sampler.read_at) as f64 * crate::clock::ns_per_tick();
+    if sampler.cpus.is_empty() || age_ns > 1e9 {
+        sampler.cpus = pool_topo::process_affinity_cpus();
+        sampler.read_at = now;
+        CPU_SET_REFRESHES.fetch_add(1, Ordering::Relaxed);
+    }
+    let Sampler { cpus, text, .. } = &mut *sampler;
+    text.clear();
+    // Room for a large host's file at the first sample; `read_to_end`
+    // grows the buffer only past it.
+    text.reserve(16 << 10);
+    std::fs::File::open("/proc/stat")
+        .and_then(|mut file| file.read_to_end(text))
+        .ok()?;
+    busy_jiffies_of(std::str::from_utf8(text).ok()?, cpus)
 }
 
 #[cfg(not(all(any(target_os = "linux", target_os = "android"), not(miri), not(loom))))]
@@ -262,5 +308,14 @@ intr 1 2 3
     fn a_stat_without_the_masks_cpus_reads_as_unknown() {
         assert_eq!(busy_jiffies_of(BEFORE, &[7]), None);
         assert_eq!(busy_jiffies_of("garbage\n", &[0]), None);
+    }
+
+    #[test]
+    fn a_cpu_line_without_an_idle_field_reads_as_unknown() {
+        assert_eq!(busy_jiffies_of("cpu0 10 20 30\n", &[0]), None);
+        // user 10, nice 20, system 30, idle 40: 60 busy, whatever follows
+        // past the first seven fields.
+        assert_eq!(busy_jiffies_of("cpu0 10 20 30 40\n", &[0]), Some(60));
+        assert_eq!(busy_jiffies_of("cpu0 1 1 1 5 5 1 1 9 9 9\n", &[0]), Some(5));
     }
 }

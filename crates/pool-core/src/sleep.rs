@@ -72,6 +72,15 @@ impl Sleepers {
         }
     }
 
+    /// With room for `n` sleepers made now, so that registering up to `n`
+    /// allocates nothing: a pool's join sleepers live as long as the pool,
+    /// and the caller that parks at a join is between a decode's jobs.
+    pub(crate) fn with_room(n: usize) -> Sleepers {
+        Sleepers {
+            waiters: Mutex::new(Vec::with_capacity(n)),
+        }
+    }
+
     /// Registers the calling thread, for a wake that may come as soon as
     /// it announces itself.
     #[cold]

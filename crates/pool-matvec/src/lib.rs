@@ -18,6 +18,9 @@
 //! - [`interleave_rows`], [`Weights::interleaved`]: Q8_0 and Q4_0 rows
 //!   interleaved by sixteen in place, read by AVX-512 VNNI kernels with no
 //!   shuffle per block (where [`interleaving_pays`]), the same bits;
+//! - [`Weights`], [`PreparedInput`]: any GGUF type's rows in place and an
+//!   input quantized once for every matrix that reads it, in reused
+//!   [`InputBuffers`] so that a decode token allocates nothing;
 //! - [`decode`]: a synthetic decode step to measure all of it;
 //!
 //! ```

@@ -401,15 +401,22 @@ impl<'a> Weights<'a> {
             }
             WeightType::F16 => {
                 let rows: &[f16] = self.blocks(start, end);
-                F16_ROW.with_borrow_mut(|row| {
-                    row.resize(self.cols, 0.0);
+                let mut each_row = |row: &mut [f32]| {
                     for (r, o) in out.iter_mut().enumerate() {
                         for (v, h) in row.iter_mut().zip(&rows[r * self.cols..][..self.cols]) {
                             *v = h.to_f32();
                         }
                         *o = crate::fast::dot_fast(row, x.f32);
                     }
-                });
+                };
+                if self.cols <= F16_STACK_ROW {
+                    each_row(&mut [0.0f32; F16_STACK_ROW][..self.cols]);
+                } else {
+                    F16_ROW.with_borrow_mut(|row| {
+                        row.resize(self.cols, 0.0);
+                        each_row(row);
+                    });
+                }
             }
             WeightType::Q8_0 | WeightType::Q4_0 if self.interleaved => {
                 let (q, extras) = x.q8_0.as_ref().expect("input prepared for Q8_0 or Q4_0");
@@ -489,9 +496,13 @@ impl<'a> Weights<'a> {
     }
 }
 
+/// F16 rows up to this many columns are converted on the stack (16 KiB),
+/// so a row job allocates nothing, whichever thread runs it first.
+const F16_STACK_ROW: usize = 4096;
+
 thread_local! {
-    /// One F16 row as f32, per thread: reused, so a row job allocates
-    /// nothing (no callback of `rows_into` calls it again re-entrantly).
+    /// One wider F16 row as f32, per thread: allocated once per thread
+    /// and reused (no callback of `rows_into` calls it re-entrantly).
     static F16_ROW: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
