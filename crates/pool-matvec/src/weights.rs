@@ -672,14 +672,10 @@ mod tests {
             let values: Vec<f32> = (0..3 * cols).map(|_| rng.uniform()).collect();
             let fresh = PreparedInput::new(&x, types.iter().copied());
             let reused = PreparedInput::new_in(&x, types.iter().copied(), buffers);
-            for &ty in types {
-                let bytes = match ty {
-                    WeightType::Q8_0 => bytes_of(&crate::quantize_q8_0(&values)).to_vec(),
-                    WeightType::Q4_0 => bytes_of(&crate::quantize_q4_0(&values)).to_vec(),
-                    WeightType::Q4_K => bytes_of(&crate::quantize_q4_k(&values)).to_vec(),
-                    _ => bytes_of(&crate::quantize_q6_k(&values)).to_vec(),
-                };
-                let m = Weights::new(ty, 3, cols, &bytes).unwrap();
+            // Both inputs through one matrix, its bytes borrowed from its
+            // blocks (so aligned for them).
+            let same_bits = |bytes: &[u8], ty: WeightType| {
+                let m = Weights::new(ty, 3, cols, bytes).unwrap();
                 let (mut a, mut b) = ([0.0f32; 3], [0.0f32; 3]);
                 m.rows_into(&fresh, 0, &mut a);
                 m.rows_into(&reused, 0, &mut b);
@@ -688,6 +684,14 @@ mod tests {
                     b.map(f32::to_bits),
                     "{ty}, {cols} columns"
                 );
+            };
+            for &ty in types {
+                match ty {
+                    WeightType::Q8_0 => same_bits(bytes_of(&crate::quantize_q8_0(&values)), ty),
+                    WeightType::Q4_0 => same_bits(bytes_of(&crate::quantize_q4_0(&values)), ty),
+                    WeightType::Q4_K => same_bits(bytes_of(&crate::quantize_q4_k(&values)), ty),
+                    _ => same_bits(bytes_of(&crate::quantize_q6_k(&values)), ty),
+                }
             }
             buffers = reused.into_buffers();
         }
