@@ -236,15 +236,17 @@ fn q8_0_rows(
     count: usize,
 ) -> Vec<BlockQ8_0> {
     (first..first + count)
-        .flat_map(|r| (0..per_row).map(move |b| (r, b)))
-        .map(|(r, b)| {
-            let (d, v) = row_block(WeightType::Q8_0, bytes, rows, per_row, r, b);
-            BlockQ8_0 {
-                d: half::f16::from_bits(d),
-                qs: v.map(|q| q as i8),
-            }
-        })
+        .flat_map(|r| (0..per_row).map(move |b| q8_0_block(bytes, rows, per_row, r, b)))
         .collect()
+}
+
+/// Row `r`'s block `b` of an interleaved Q8_0 matrix, as the file had it.
+fn q8_0_block(bytes: &[u8], rows: usize, per_row: usize, r: usize, b: usize) -> BlockQ8_0 {
+    let (d, v) = row_block(WeightType::Q8_0, bytes, rows, per_row, r, b);
+    BlockQ8_0 {
+        d: half::f16::from_bits(d),
+        qs: v.map(|q| q as i8),
+    }
 }
 
 /// Rows `first..first + count` as row-major Q4_0 blocks.
@@ -256,15 +258,17 @@ fn q4_0_rows(
     count: usize,
 ) -> Vec<BlockQ4_0> {
     (first..first + count)
-        .flat_map(|r| (0..per_row).map(move |b| (r, b)))
-        .map(|(r, b)| {
-            let (d, v) = row_block(WeightType::Q4_0, bytes, rows, per_row, r, b);
-            BlockQ4_0 {
-                d: half::f16::from_bits(d),
-                qs: std::array::from_fn(|j| v[j]),
-            }
-        })
+        .flat_map(|r| (0..per_row).map(move |b| q4_0_block(bytes, rows, per_row, r, b)))
         .collect()
+}
+
+/// Row `r`'s block `b` of an interleaved Q4_0 matrix, as the file had it.
+fn q4_0_block(bytes: &[u8], rows: usize, per_row: usize, r: usize, b: usize) -> BlockQ4_0 {
+    let (d, v) = row_block(WeightType::Q4_0, bytes, rows, per_row, r, b);
+    BlockQ4_0 {
+        d: half::f16::from_bits(d),
+        qs: std::array::from_fn(|j| v[j]),
+    }
 }
 
 /// Row `r` of an interleaved matrix as f32 values (an embedding lookup).
@@ -279,21 +283,13 @@ pub(crate) fn row_into(
     // Block by block, straight into `out`: an embedding lookup per token
     // allocates nothing.
     for (b, out) in out.chunks_exact_mut(QK8_0).take(per_row).enumerate() {
-        let (d, v) = row_block(ty, bytes, rows, per_row, r, b);
-        let d = half::f16::from_bits(d);
         match ty {
             WeightType::Q8_0 => {
-                let block = BlockQ8_0 {
-                    d,
-                    qs: v.map(|q| q as i8),
-                };
+                let block = q8_0_block(bytes, rows, per_row, r, b);
                 crate::q8_0::dequantize_q8_0_into(std::slice::from_ref(&block), out);
             }
             _ => {
-                let block = BlockQ4_0 {
-                    d,
-                    qs: std::array::from_fn(|j| v[j]),
-                };
+                let block = q4_0_block(bytes, rows, per_row, r, b);
                 crate::q4_0::dequantize_q4_0_into(std::slice::from_ref(&block), out);
             }
         }

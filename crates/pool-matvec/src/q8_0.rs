@@ -307,7 +307,7 @@ impl Activation<'_> {
 }
 
 /// What [`Activation`] adds to the blocks, owned (kept beside them).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct ActivationExtras {
     d: Vec<f32>,
     sum: Vec<i32>,
@@ -316,18 +316,10 @@ pub(crate) struct ActivationExtras {
 }
 
 impl ActivationExtras {
-    /// No blocks' extras, and no allocation.
-    pub(crate) const EMPTY: ActivationExtras = ActivationExtras {
-        d: Vec::new(),
-        sum: Vec::new(),
-        quads: Vec::new(),
-        has_min: false,
-    };
-
     /// What every kernel reads: scales, sums, whether -128 occurs. No
     /// `quads` (only Q4_0's kernels read them: [`ActivationExtras::for_q4_0`]).
     pub(crate) fn of(q: &[BlockQ8_0]) -> ActivationExtras {
-        let mut extras = ActivationExtras::EMPTY;
+        let mut extras = ActivationExtras::default();
         extras.fill(q, false);
         extras
     }
@@ -335,7 +327,7 @@ impl ActivationExtras {
     /// [`ActivationExtras::of`] plus the `quads` the x86 Q4_0 kernels
     /// read (elsewhere none: no work).
     pub(crate) fn for_q4_0(q: &[BlockQ8_0]) -> ActivationExtras {
-        let mut extras = ActivationExtras::EMPTY;
+        let mut extras = ActivationExtras::default();
         extras.fill(q, true);
         extras
     }

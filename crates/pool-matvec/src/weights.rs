@@ -552,7 +552,7 @@ pub struct PreparedInput<'a> {
 #[derive(Default)]
 pub struct InputBuffers {
     q8_0: Vec<BlockQ8_0>,
-    extras: Option<ActivationExtras>,
+    extras: ActivationExtras,
     q8k: Vec<BlockQ8K>,
 }
 
@@ -601,7 +601,7 @@ impl<'a> PreparedInput<'a> {
         let q8_0 = (forms[Form::Q8_0 as usize] || forms[Form::Q8_0ForQ4_0 as usize]).then(|| {
             let mut q = std::mem::take(&mut buffers.q8_0);
             crate::q8_0::quantize_q8_0_into(x, &mut q);
-            let mut extras = buffers.extras.take().unwrap_or(ActivationExtras::EMPTY);
+            let mut extras = std::mem::take(&mut buffers.extras);
             extras.fill(&q, forms[Form::Q8_0ForQ4_0 as usize]);
             (q, extras)
         });
@@ -624,7 +624,7 @@ impl<'a> PreparedInput<'a> {
         let mut buffers = self.spare;
         if let Some((q, extras)) = self.q8_0 {
             buffers.q8_0 = q;
-            buffers.extras = Some(extras);
+            buffers.extras = extras;
         }
         if let Some(q) = self.q8k {
             buffers.q8k = q;
