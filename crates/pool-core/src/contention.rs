@@ -35,18 +35,30 @@ impl Shared {
 
     /// The adaptive policy's share for a withdrawable job: the invite cap
     /// and this process's own callers; and when other processes leave no
-    /// CPU for a worker (`load.rs`), only the workers still awake. A worker
-    /// that has not started is withdrawn, not waited for, so an awake one
-    /// costs nothing if it gets no CPU; but waking a parked one then puts
-    /// it on a busy CPU, most often the caller's own (with no idle CPU the
-    /// scheduler places a wakee beside its waker), where it takes the
-    /// caller's time and few grains. Beside a busy process on one of 2
-    /// CPUs: 0.80-0.92x the serial loop waking it, 0.94-1.05x not.
+    /// CPU for a worker (`load.rs`), only the workers still awake, unless
+    /// the job is `long`. A worker that has not started is withdrawn, not
+    /// waited for, so an awake one costs nothing if it gets no CPU; but
+    /// waking a parked one then puts it on a busy CPU, most often the
+    /// caller's own (with no idle CPU the scheduler places a wakee beside
+    /// its waker), where it takes the caller's time and few grains. Beside
+    /// a busy process on one of 2 CPUs: 0.80-0.92x the serial loop waking
+    /// it for every row job of a short token (stories15M), 0.94-1.05x not.
+    /// A long job ([`crate::WORTH_A_WAKE`] or more of one thread's work)
+    /// repays the wake: the worker gets a share of a CPU for the rest of
+    /// it, and stays awake for the jobs after it (stories110M Q8_0, whose
+    /// row jobs mostly read 1.7-3.4 MB: 0.84-0.86x the best fixed budget
+    /// running them inline, level with it waking the worker for them).
     #[inline]
-    pub(crate) fn fit_optional(&self, invited: usize, now: u64, inside_any_pool: bool) -> usize {
+    pub(crate) fn fit_optional(
+        &self,
+        invited: usize,
+        now: u64,
+        inside_any_pool: bool,
+        long: bool,
+    ) -> usize {
         let invited = self.fit_to_own_callers(invited, now, inside_any_pool);
         let free = load::fit_to_free_cpus(invited, self.settings.usable_cpus);
-        if free >= invited {
+        if free >= invited || long {
             return invited;
         }
         // Relaxed: a hint; a worker parking just now is withdrawn anyway.

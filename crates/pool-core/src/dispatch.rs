@@ -115,8 +115,9 @@ enum Invitation {
     Exact,
     /// Withdrawable (`tickets.rs`): a worker that has not started when
     /// the caller's share ends is not waited for, so other processes' load
-    /// does not shrink the job.
-    Optional,
+    /// does not shrink the job to none; `long`: the job is expected to
+    /// run long enough to repay waking a parked worker even then.
+    Optional { long: bool },
 }
 
 /// How the caller's barrier wait went.
@@ -478,9 +479,17 @@ impl Shared {
     /// As [`Shared::run`] for a job whose participants share its work (a
     /// cursor of grains): workers that have not started when the caller's
     /// share ends are withdrawn, not waited for (`tickets.rs`).
-    pub(crate) fn run_optional(&self, threads: &[Thread], invited: usize, f: &JobFn<'_>) {
+    /// `long`: expected to run long enough to wake a parked worker for
+    /// beside foreign load (`contention.rs`).
+    pub(crate) fn run_optional(
+        &self,
+        threads: &[Thread],
+        invited: usize,
+        long: bool,
+        f: &JobFn<'_>,
+    ) {
         let invited = invited.min(crate::tickets::MAX_SEATS);
-        self.run_with(threads, invited, f, Invitation::Optional);
+        self.run_with(threads, invited, f, Invitation::Optional { long });
     }
 
     fn run_with(&self, threads: &[Thread], invited: usize, f: &JobFn<'_>, invitation: Invitation) {
@@ -521,7 +530,9 @@ impl Shared {
         let adaptive = self.settings.linger_ns.load(process::Ordering::Relaxed) != 0;
         let invited = match invitation {
             Invitation::Fitted if adaptive => self.fit_to_free_cpus(invited, now, inside_any),
-            Invitation::Optional if adaptive => self.fit_optional(invited, now, inside_any),
+            Invitation::Optional { long } if adaptive => {
+                self.fit_optional(invited, now, inside_any, long)
+            }
             _ => invited,
         };
         if invited == 0 && asked > 0 && !inside_this {
@@ -559,7 +570,7 @@ impl Shared {
             }
         };
         spinners::caller_active();
-        let withdrawable = invitation == Invitation::Optional;
+        let withdrawable = matches!(invitation, Invitation::Optional { .. });
         // Busy for the whole job, as an inline one is: a dispatched job
         // longer than the window (a 32000-row classifier) made this caller
         // look idle to another caller, which then invited its worker too,

@@ -62,7 +62,7 @@ pub use env::{
 pub use global::{all_worker_tids, global, init_global};
 pub use load::{cpu_set_refreshes, foreign_cpus};
 pub use phased::{JobBarrier, PhaseOutput};
-pub use policy::{spin_iteration_ns, SpinPolicy, DEFAULT_LINGER, MIN_ADAPTIVE_SPIN};
+pub use policy::{spin_iteration_ns, SpinPolicy, DEFAULT_LINGER, MIN_ADAPTIVE_SPIN, WORTH_A_WAKE};
 pub use pool::Pool;
 pub use pool_topo::{env_warnings, EnvWarning};
 pub use priority::{current_qos_name, QosClass, SchedPolicy};

@@ -158,8 +158,9 @@ impl Pool {
     /// Under the adaptive policy, when other processes leave no CPU for a
     /// worker, only workers still awake are invited (a parked one woken
     /// then lands beside the caller and takes its time: see
-    /// "Withdrawable invitations" in docs/design.md); the CPU cap and this
-    /// process's own callers shrink the invitation too.
+    /// "Withdrawable invitations" in docs/design.md), unless the job is
+    /// known to be long ([`Pool::run_optional_workers_for`]); the CPU cap
+    /// and this process's own callers shrink the invitation too.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};
@@ -175,7 +176,40 @@ impl Pool {
     /// ```
     #[inline]
     pub fn run_optional_workers(&self, max_workers: usize, f: impl Fn(usize, usize) + Sync) {
-        self.shared.run_optional(&self.threads, max_workers, &f);
+        self.shared
+            .run_optional(&self.threads, max_workers, false, &f);
+    }
+
+    /// [`Pool::run_optional_workers`] for a job that takes one thread about
+    /// `expected` (the caller's estimate: a matvec's bytes over one core's
+    /// read rate, say). Only the adaptive policy beside foreign load reads
+    /// it: a job of [`WORTH_A_WAKE`](crate::WORTH_A_WAKE) or more wakes a
+    /// parked worker even when other processes seem to leave it no CPU,
+    /// since a share of a busy CPU for the rest of the job repays the
+    /// wake; a shorter one invites only the workers still awake.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::time::Duration;
+    /// let pool = pool_core::Pool::new(1);
+    /// let (cursor, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    /// pool.run_optional_workers_for(1, Duration::from_millis(1), |_, _| {
+    ///     while cursor.fetch_add(1, Ordering::Relaxed) < 100 {
+    ///         done.fetch_add(1, Ordering::Relaxed);
+    ///     }
+    /// });
+    /// assert_eq!(done.into_inner(), 100);
+    /// ```
+    #[inline]
+    pub fn run_optional_workers_for(
+        &self,
+        max_workers: usize,
+        expected: std::time::Duration,
+        f: impl Fn(usize, usize) + Sync,
+    ) {
+        let long = expected >= crate::WORTH_A_WAKE;
+        self.shared
+            .run_optional(&self.threads, max_workers, long, &f);
     }
 
     /// The current spin budget: spins before an idle worker parks (for

@@ -34,19 +34,20 @@ fn a_busy_process_shows_up_as_foreign_cpus() {
     });
 }
 
+/// With as many busy processes as CPUs, seen by the load sample: a
+/// worker parked, then one row job of `expected` length. Returns the
+/// job's width (`n`), the grains it ran, and the pool's counters over it.
 #[cfg(target_os = "linux")]
-#[test]
-#[cfg_attr(miri, ignore = "Miri does not run other processes")]
-fn with_no_cpu_left_by_other_processes_a_row_job_does_not_wake_a_parked_worker() {
+fn one_row_job_beside_busy_cpus(
+    name: &'static str,
+    expected: std::time::Duration,
+) -> (usize, usize, pool_core::PoolStats) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
     use pool_core::{Pool, SpinPolicy};
 
-    // Woken onto a busy CPU, a worker lands beside its caller and takes
-    // the caller's time: the job runs inline instead, and the worker
-    // stays asleep.
-    testkit::watched("no_cpu_left", |stage| {
+    testkit::watched(name, move |stage| {
         let cpus = pool_topo::usable_cpus();
         stage.set(format!("starting {cpus} busy processes"));
         let _busy = testkit::BusyProcesses::start(cpus).expect("busy processes");
@@ -82,16 +83,44 @@ fn with_no_cpu_left_by_other_processes_a_row_job_does_not_wake_a_parked_worker()
             }
             stage.set(format!("attempt {attempt}: a row job"));
             let (width, grains) = (AtomicUsize::new(0), AtomicUsize::new(0));
-            pool.run_optional_workers(1, |_, n| {
+            pool.run_optional_workers_for(1, expected, |_, n| {
                 width.fetch_max(n, Ordering::Relaxed);
                 grains.fetch_add(1, Ordering::Relaxed);
             });
-            let s = pool.stats().since(&before);
-            assert_eq!(grains.into_inner(), 1, "the caller ran it alone");
-            assert_eq!(width.into_inner(), 1, "a parked worker was invited: {s}");
-            assert_eq!(s.unparks, 0, "{s}");
-            return;
+            let stats = pool.stats().since(&before);
+            return (width.into_inner(), grains.into_inner(), stats);
         }
         panic!("the worker never parked, or the load went away, in 20 attempts");
-    });
+    })
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+#[cfg_attr(miri, ignore = "Miri does not run other processes")]
+fn with_no_cpu_left_by_other_processes_a_short_row_job_does_not_wake_a_parked_worker() {
+    // Woken onto a busy CPU, a worker lands beside its caller and takes
+    // the caller's time: a short job runs inline instead, and the worker
+    // stays asleep.
+    let (width, grains, s) =
+        one_row_job_beside_busy_cpus("short_job_no_cpu_left", std::time::Duration::ZERO);
+    assert_eq!(grains, 1, "the caller ran it alone");
+    assert_eq!(width, 1, "a parked worker was invited: {s}");
+    assert_eq!(s.unparks, 0, "{s}");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+#[cfg_attr(miri, ignore = "Miri does not run other processes")]
+fn with_no_cpu_left_by_other_processes_a_long_row_job_still_wakes_a_parked_worker() {
+    // A job of a millisecond repays the wake: the worker gets a share of a
+    // busy CPU for the rest of it (or is withdrawn if it gets none).
+    let (width, grains, s) =
+        one_row_job_beside_busy_cpus("long_job_no_cpu_left", pool_core::WORTH_A_WAKE * 10);
+    assert_eq!(width, 2, "the parked worker was not invited: {s}");
+    assert_eq!(s.unparks, 1, "{s}");
+    assert_eq!(
+        grains as u64,
+        1 + s.worker_jobs(),
+        "the caller and each worker that took its seat ran once: {s}"
+    );
 }

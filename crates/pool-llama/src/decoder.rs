@@ -276,7 +276,8 @@ impl Model {
                     (out, f as &RowsIntoFn<'_, f32>)
                 })
             };
-            exec.run_many_into(&mut outputs);
+            let bytes = matrices.iter().map(|w| w.bytes().len()).sum();
+            exec.run_many_into_reading(&mut outputs, bytes);
         }
         *inputs = input.into_buffers();
     }
@@ -294,7 +295,8 @@ impl Model {
     ) {
         let input = PreparedInput::new_in(x, [gate.ty, up.ty], std::mem::take(inputs));
         let (gate, up) = (self.weights(gate), self.weights(up));
-        exec.run_rows_into(out, |start, rows| {
+        let bytes = gate.bytes().len() + up.bytes().len();
+        exec.run_rows_into_reading(out, bytes, |start, rows| {
             let mut ups = [0.0f32; SWIGLU_ROWS];
             for (k, g) in rows.chunks_mut(SWIGLU_ROWS).enumerate() {
                 let first = start + k * SWIGLU_ROWS;

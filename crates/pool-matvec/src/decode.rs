@@ -166,6 +166,15 @@ impl Matrix {
         self.rows
     }
 
+    /// The bytes a matvec streams.
+    pub fn bytes(&self) -> usize {
+        match &self.data {
+            MatrixData::F32(w) => std::mem::size_of_val(&w[..]),
+            MatrixData::Q8_0(w) => std::mem::size_of_val(&w[..]),
+            MatrixData::Q4_0(w) => std::mem::size_of_val(&w[..]),
+        }
+    }
+
     /// Computes rows `start..end` into `out` (length `end - start`).
     #[inline]
     pub fn rows_into(&self, x: &Input<'_>, start: usize, out: &mut [f32]) {
@@ -230,7 +239,7 @@ pub fn matvec_many_on<E: RowsInto + ?Sized>(
         .zip(&callbacks)
         .map(|(out, f)| (&mut **out, f as &RowsIntoFn<'_, f32>))
         .collect();
-    exec.run_many_into(&mut parts);
+    exec.run_many_into_reading(&mut parts, mats.iter().map(|m| m.bytes()).sum());
 }
 
 struct Layer {

@@ -15,6 +15,8 @@
 
 use crate::sync::{AtomicUsize, Ordering};
 
+use std::time::Duration;
+
 use crossbeam_utils::CachePadded;
 use pool_core::Pool;
 
@@ -90,12 +92,29 @@ pub unsafe trait RowParallel {
     /// no dispatch; a single chunk runs on the caller without a dispatch.
     fn run_rows(&self, rows: usize, f: &RowFn<'_>);
 
+    /// [`RowParallel::run_rows`] for a job that streams `bytes` of memory
+    /// (a matvec's weights; `0`: unknown). The pool weighs it when other
+    /// processes keep its CPUs busy: a job long enough wakes a parked
+    /// worker, a short one runs on the workers still awake
+    /// ([`pool_core::Pool::run_optional_workers_for`]). Other executors
+    /// ignore it.
+    fn run_rows_reading(&self, rows: usize, bytes: usize, f: &RowFn<'_>) {
+        let _ = bytes;
+        self.run_rows(rows, f);
+    }
+
     /// Several row spaces (e.g. Q, K and V) laid end to end and pulled from
     /// one cursor: one barrier instead of one per part. Each part's callback
     /// sees its own row indices (`0..rows` of that part).
     fn run_many(&self, parts: &[(usize, &RowFn<'_>)]) {
+        self.run_many_reading(parts, 0);
+    }
+
+    /// [`RowParallel::run_many`] for parts that stream `bytes` of memory
+    /// in all (as [`RowParallel::run_rows_reading`]).
+    fn run_many_reading(&self, parts: &[(usize, &RowFn<'_>)], bytes: usize) {
         let total: usize = parts.iter().map(|(rows, _)| rows).sum();
-        self.run_rows(total, &|start, end| for_parts_in(parts, start, end));
+        self.run_rows_reading(total, bytes, &|start, end| for_parts_in(parts, start, end));
     }
 }
 
@@ -199,8 +218,19 @@ pub trait RowsInto: RowParallel {
     /// [`RowParallel::run_rows`] over `out.len()` rows: `f(start, rows)`
     /// with `rows` the `&mut` slice `out[start..start + rows.len()]`.
     fn run_rows_into<T: Send>(&self, out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
+        self.run_rows_into_reading(out, 0, f);
+    }
+
+    /// [`RowsInto::run_rows_into`] for a job that streams `bytes` of
+    /// memory (as [`RowParallel::run_rows_reading`]).
+    fn run_rows_into_reading<T: Send>(
+        &self,
+        out: &mut [T],
+        bytes: usize,
+        f: impl Fn(usize, &mut [T]) + Sync,
+    ) {
         let target = DisjointRows::new(out);
-        self.run_rows(target.len(), &|start, end| {
+        self.run_rows_reading(target.len(), bytes, &|start, end| {
             // SAFETY: run_rows hands out each range once per job
             // (DisjointRows invariant).
             f(start, unsafe { target.rows(start, end) })
@@ -211,8 +241,18 @@ pub trait RowsInto: RowParallel {
     /// slice and its callback, which sees its own row indices and the
     /// `&mut` rows it computes.
     fn run_many_into<T: Send>(&self, parts: &mut [(&mut [T], &RowsIntoFn<'_, T>)]) {
+        self.run_many_into_reading(parts, 0);
+    }
+
+    /// [`RowsInto::run_many_into`] for parts that stream `bytes` of memory
+    /// in all (as [`RowParallel::run_rows_reading`]).
+    fn run_many_into_reading<T: Send>(
+        &self,
+        parts: &mut [(&mut [T], &RowsIntoFn<'_, T>)],
+        bytes: usize,
+    ) {
         if parts.len() > INLINE_PARTS {
-            return run_many_into_spilled(self, parts);
+            return run_many_into_spilled(self, parts, bytes);
         }
         // Up to `INLINE_PARTS` parts on the stack: a decode's Q, K and V
         // job allocates nothing (an allocation between jobs is a chain of
@@ -237,7 +277,7 @@ pub trait RowsInto: RowParallel {
                 (Some((target, _)), Some(f)) => (target.len(), f as &RowFn<'_>),
                 _ => (0, &unused as &RowFn<'_>),
             });
-        self.run_many(&row_fns[..n]);
+        self.run_many_reading(&row_fns[..n], bytes);
     }
 }
 
@@ -248,6 +288,7 @@ const INLINE_PARTS: usize = 4;
 fn run_many_into_spilled<E: RowParallel + ?Sized, T: Send>(
     exec: &E,
     parts: &mut [(&mut [T], &RowsIntoFn<'_, T>)],
+    bytes: usize,
 ) {
     let targets: Vec<(DisjointRows<'_, T>, &RowsIntoFn<'_, T>)> = parts
         .iter_mut()
@@ -268,7 +309,7 @@ fn run_many_into_spilled<E: RowParallel + ?Sized, T: Send>(
         .zip(&callbacks)
         .map(|((target, _), f)| (target.len(), f as &RowFn<'_>))
         .collect();
-    exec.run_many(&parts);
+    exec.run_many_reading(&parts, bytes);
 }
 
 impl<E: RowParallel + ?Sized> RowsInto for E {}
@@ -279,8 +320,12 @@ impl<E: RowParallel + ?Sized> RowsInto for E {}
 // contract.
 unsafe impl RowParallel for Option<Pool> {
     fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
+        self.run_rows_reading(rows, 0, f);
+    }
+
+    fn run_rows_reading(&self, rows: usize, bytes: usize, f: &RowFn<'_>) {
         match self {
-            Some(pool) => pool.run_rows(rows, f),
+            Some(pool) => pool.run_rows_reading(rows, bytes, f),
             None => crate::serial::Serial.run_rows(rows, f),
         }
     }
@@ -290,8 +335,12 @@ unsafe impl RowParallel for Option<Pool> {
 // SAFETY: as for `Option<Pool>`.
 unsafe impl RowParallel for Option<&Pool> {
     fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
+        self.run_rows_reading(rows, 0, f);
+    }
+
+    fn run_rows_reading(&self, rows: usize, bytes: usize, f: &RowFn<'_>) {
         match self {
-            Some(pool) => pool.run_rows(rows, f),
+            Some(pool) => pool.run_rows_reading(rows, bytes, f),
             None => crate::serial::Serial.run_rows(rows, f),
         }
     }
@@ -303,7 +352,11 @@ unsafe impl RowParallel for Option<&Pool> {
 // finished.
 unsafe impl RowParallel for Pool {
     fn run_rows(&self, rows: usize, f: &RowFn<'_>) {
-        pull_rows(self, rows, f);
+        pull_rows(self, rows, 0, f);
+    }
+
+    fn run_rows_reading(&self, rows: usize, bytes: usize, f: &RowFn<'_>) {
+        pull_rows(self, rows, bytes, f);
     }
 }
 
@@ -338,9 +391,16 @@ fn for_parts_in(parts: &[(usize, &RowFn<'_>)], start: usize, end: usize) {
     }
 }
 
+/// What one core is taken to stream from memory, in bytes per ns, to turn a
+/// job's bytes into the time [`Pool::run_optional_workers_for`] weighs: a
+/// round figure below the one-thread read ceilings measured (10-15 GB/s),
+/// so a job is taken for longer, not shorter, than it is.
+const ONE_CORE_BYTES_PER_NS: u64 = 10;
+
 /// The pool's row job behind `run_rows` and `run_many`: home ranges (the
-/// shared cursor past [`MAX_ROWS`] rows).
-fn pull_rows(pool: &Pool, rows: usize, f: &RowFn<'_>) {
+/// shared cursor past [`MAX_ROWS`] rows). `bytes`: what the job streams
+/// (0: unknown).
+fn pull_rows(pool: &Pool, rows: usize, bytes: usize, f: &RowFn<'_>) {
     if rows == 0 {
         return;
     }
@@ -354,9 +414,10 @@ fn pull_rows(pool: &Pool, rows: usize, f: &RowFn<'_>) {
     // Whoever runs does the work: a worker that has not started when the
     // caller has claimed the last rows is withdrawn, not waited for, and
     // its home range was the caller's to steal.
+    let expected = Duration::from_nanos(bytes as u64 / ONE_CORE_BYTES_PER_NS);
     if rows <= MAX_ROWS {
         let ranges = HomeRanges::new(rows, invited + 1, smallest_claim(grain));
-        pool.run_optional_workers(invited, |me, n| {
+        pool.run_optional_workers_for(invited, expected, |me, n| {
             if n == 1 {
                 // Alone (no worker invited: inline, or the adaptive
                 // policy's fit): all of it in one call, as a serial loop.
@@ -367,7 +428,7 @@ fn pull_rows(pool: &Pool, rows: usize, f: &RowFn<'_>) {
         });
     } else {
         let cursor = CachePadded::new(AtomicUsize::new(0));
-        pool.run_optional_workers(invited, |_, n| pull_chunks(&cursor, rows, n, f));
+        pool.run_optional_workers_for(invited, expected, |_, n| pull_chunks(&cursor, rows, n, f));
     }
 }
 

@@ -196,6 +196,8 @@ fn a_pool_larger_than_the_work_still_covers_it_once() {
     });
 }
 
+/// The plain forms, and the `_reading` forms with a job long enough for
+/// the pool to wake a parked worker beside foreign load (64 MiB).
 #[test]
 fn run_rows_into_and_run_many_into_hand_each_range_its_own_rows() {
     watched("rows_into", |stage| {
@@ -209,20 +211,25 @@ fn run_rows_into_and_run_many_into_hand_each_range_its_own_rows() {
             Some(Pool::with_spin(1, 500)),
             Some(Pool::with_spin(3, 500)),
         ];
-        for exec in &pools {
+        for (exec, bytes) in pools.iter().flat_map(|p| [(p, 0), (p, 1 << 26)]) {
             for &rows in sizes {
                 stage.set(format!(
-                    "{rows} rows on {:?} workers",
+                    "{rows} rows reading {bytes} bytes on {:?} workers",
                     exec.as_ref().map(Pool::n_workers)
                 ));
                 // Each element gets its own index, written once.
                 let mut out = vec![usize::MAX; rows];
-                exec.run_rows_into(&mut out, |start, chunk| {
+                let own_index = |start: usize, chunk: &mut [usize]| {
                     for (i, v) in chunk.iter_mut().enumerate() {
                         assert_eq!(*v, usize::MAX, "row {} written twice", start + i);
                         *v = start + i;
                     }
-                });
+                };
+                if bytes == 0 {
+                    exec.run_rows_into(&mut out, own_index);
+                } else {
+                    exec.run_rows_into_reading(&mut out, bytes, own_index);
+                }
                 assert!(out.iter().enumerate().all(|(i, &v)| v == i), "{rows} rows");
                 // Three parts of different lengths, each in its own indices.
                 let (mut a, mut b, mut c) =
@@ -235,7 +242,16 @@ fn run_rows_into_and_run_many_into_hand_each_range_its_own_rows() {
                     }
                 };
                 let (ta, tb, tc) = (tag(1), tag(1_000_000), tag(2_000_000));
-                exec.run_many_into(&mut [(&mut a[..], &ta), (&mut b[..], &tb), (&mut c[..], &tc)]);
+                let mut parts = [
+                    (&mut a[..], &ta as &RowsIntoFn<'_, u32>),
+                    (&mut b[..], &tb),
+                    (&mut c[..], &tc),
+                ];
+                if bytes == 0 {
+                    exec.run_many_into(&mut parts);
+                } else {
+                    exec.run_many_into_reading(&mut parts, bytes);
+                }
                 assert!(a.iter().enumerate().all(|(i, &v)| v == 1 + i as u32));
                 assert!(b
                     .iter()
