@@ -6,9 +6,8 @@
 //! spins for twice that, at least [`MIN_ADAPTIVE_SPIN`] and at most the
 //! *linger* (default 2 ms). Time is the CPU's time-stamp counter (a few
 //! cycles to read, calibrated to ns once per process), read once every 64
-//! spins, not on every spin; time the thread spent preempted between two
-//! reads is not spinning and does not count; the linger in spin iterations
-//! (calibrated) is a second cap. A decode stream of
+//! spins, not on every spin; the linger in spin iterations (calibrated) is a
+//! second cap. A decode stream of
 //! ~50 jobs a token keeps the gap between tokens in the window, so workers
 //! stay hot across tokens; once the stream stops they park within the
 //! linger; a sparse stream (gaps longer than the linger) teaches them to
@@ -44,10 +43,11 @@ pub const MIN_ADAPTIVE_SPIN: Duration = Duration::from_micros(2);
 /// The least work (one thread's time) for which a withdrawable job wakes a
 /// parked worker when other processes seem to leave it no CPU
 /// ([`Pool::run_optional_workers_for`](crate::Pool::run_optional_workers_for)).
-/// Measured on 2 vCPUs beside a CPU-bound process: waking it for the row
-/// jobs of a short token (stories15M, 10-40 µs each) cost 5-20 % against
-/// running them inline; for stories110M Q8_0's (most 100-300 µs) it gained
-/// 10-20 %. A wake plus the scheduler's placement costs tens of µs here.
+/// A measured figure, not a derived one: on 2 vCPUs beside a CPU-bound
+/// process, waking the worker for every row job of a short token
+/// (stories15M, 10-40 µs each) cost 5-20 % against running them inline,
+/// while waking it for stories110M's layer matrices (1-3.4 MB, 100-300 µs
+/// each) gained 4-20 % (docs/design.md, "Withdrawable invitations").
 pub const WORTH_A_WAKE: Duration = Duration::from_micros(100);
 
 /// How an idle worker waits.
@@ -263,8 +263,7 @@ impl WaitState {
 ///
 /// - **Fixed(n):** spin `n` times, then park.
 /// - **Adaptive:** spin for the gap window's budget (a deadline in clock
-///   ticks of spinning, read every 64 spins, a time slice lost to
-///   preemption not counted, capped by the linger in spins) while
+///   ticks, read every 64 spins, capped by the linger in spins) while
 ///   holding a spinner slot. Without one (none free, or the budget
 ///   overdrawn by a new caller), yield on every spin instead: the thread
 ///   stays awake for its next job without holding a CPU anyone else wants;
@@ -285,10 +284,6 @@ pub(crate) struct WaitPlan {
     deadline_ticks: u64,
     started: u64,
     spin_started: u64,
-    /// Adaptive: the clock at the last checkpoint, and whether the thread
-    /// yielded since (then a jump in the clock was given away, not taken).
-    last_check: u64,
-    yielded_since_check: bool,
     /// Spins since the budget was last re-armed.
     spins: usize,
     /// Spins in this whole wait (telemetry, gap estimate).
@@ -350,8 +345,6 @@ impl WaitPlan {
             deadline_ticks,
             started,
             spin_started: started,
-            last_check: started,
-            yielded_since_check: false,
             spins: 0,
             spun: 0,
             epoch: shared.epoch.load(Ordering::Relaxed),
@@ -378,9 +371,7 @@ impl WaitPlan {
         let checkpoint = self.spins.is_multiple_of(CHECK_EVERY) || self.yield_every_spin;
         let mut hand_over = false;
         if checkpoint && self.adaptive {
-            let now = clock::ticks();
-            self.skip_preemption(shared, now);
-            if now.wrapping_sub(self.spin_started) >= self.deadline_ticks {
+            if clock::ticks().wrapping_sub(self.spin_started) >= self.deadline_ticks {
                 self.stop_yielding();
                 return Step::Park;
             }
@@ -408,11 +399,11 @@ impl WaitPlan {
         self.spins += 1;
         self.spun += 1;
         if self.yield_every_spin {
-            return self.yielding();
+            return Step::Yield;
         }
         if shared.jobs_oversubscribed() {
             return if self.spins.is_multiple_of(CHECK_EVERY) {
-                self.yielding()
+                Step::Yield
             } else {
                 Step::Spin
             };
@@ -425,40 +416,10 @@ impl WaitPlan {
             self.spin_started = clock::ticks();
         }
         if hand_over || (self.spun as usize).is_multiple_of(SPINS_BETWEEN_YIELDS) {
-            self.yielding()
+            Step::Yield
         } else {
             Step::Spin
         }
-    }
-
-    #[inline]
-    fn yielding(&mut self) -> Step {
-        self.yielded_since_check = true;
-        Step::Yield
-    }
-
-    /// The adaptive budget is time spent spinning: a jump in the clock
-    /// between two checkpoints with no yield between them (64 spins take
-    /// about a microsecond; a jump is longer than 1/64 of the linger) is
-    /// time the scheduler gave another thread, and moves the deadline on.
-    /// Beside a CPU-bound process a spinning worker is preempted for a
-    /// time slice at a time (milliseconds); counted as spinning, every
-    /// preemption used up the budget, the worker parked at its next
-    /// checkpoint, and row jobs, which beside foreign load invite only
-    /// awake workers, ran inline from then on. The spin count still caps
-    /// the CPU a wait can burn at the linger.
-    #[inline]
-    fn skip_preemption(&mut self, shared: &Shared, now: u64) {
-        let jump = now.wrapping_sub(self.last_check);
-        let yielded = std::mem::replace(&mut self.yielded_since_check, false);
-        let linger = shared
-            .settings
-            .linger_ticks
-            .load(process::Ordering::Relaxed);
-        if preempted(jump, yielded, linger) {
-            self.spin_started = self.spin_started.wrapping_add(jump);
-        }
-        self.last_check = now;
     }
 
     /// The worker parked and woke (the budget is spent; the next `next`
@@ -517,15 +478,6 @@ impl WaitPlan {
     }
 }
 
-/// Whether `jump` ticks between two checkpoints of a wait were spent
-/// preempted, not spinning: longer than 1/64 of the `linger` (64 spins
-/// take about a microsecond) with no yield between them. After a yield the
-/// time was given away, and counts, so a yielding wait still ends.
-#[inline]
-fn preempted(jump: u64, yielded: bool, linger: u64) -> bool {
-    !yielded && jump > linger / 64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -533,19 +485,6 @@ mod tests {
     /// Linger and floor in any unit (ns here): 2 ms and 2 µs.
     const LINGER: u64 = 2_000_000;
     const FLOOR: u64 = 2_000;
-
-    #[test]
-    fn a_time_slice_lost_between_two_checkpoints_is_not_spin_time() {
-        // 3 ms preempted beside a CPU-bound process, 2 ms linger.
-        assert!(preempted(3_000_000, false, LINGER));
-        // 64 spins' worth of time is spinning.
-        assert!(!preempted(1_000, false, LINGER));
-    }
-
-    #[test]
-    fn time_given_away_by_a_yield_counts_so_a_yielding_wait_still_ends() {
-        assert!(!preempted(3_000_000, true, LINGER));
-    }
 
     #[test]
     fn before_any_gap_a_worker_spins_for_the_whole_linger() {
