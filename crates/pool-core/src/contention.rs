@@ -48,6 +48,11 @@ impl Shared {
     /// it, and stays awake for the jobs after it (stories110M Q8_0, whose
     /// row jobs mostly read 1.7-3.4 MB: 0.84-0.86x the best fixed budget
     /// running them inline, level with it waking the worker for them).
+    /// Not below normal priority: at nice 10 beside a nice-0 process the
+    /// woken worker gets about a tenth of a CPU, and the joins it delays
+    /// cost more (stories110M Q8_0, setting 15 of `pool bench
+    /// --scenarios`: 0.90-0.92x the best of rayon and serial waking it,
+    /// 0.99-1.02x not).
     #[inline]
     pub(crate) fn fit_optional(
         &self,
@@ -58,7 +63,7 @@ impl Shared {
     ) -> usize {
         let invited = self.fit_to_own_callers(invited, now, inside_any_pool);
         let free = load::fit_to_free_cpus(invited, self.settings.usable_cpus);
-        if free >= invited || long {
+        if free >= invited || (long && !crate::priority::below_normal_priority()) {
             return invited;
         }
         // Relaxed: a hint; a worker parking just now is withdrawn anyway.

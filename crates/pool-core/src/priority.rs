@@ -93,6 +93,19 @@ pub fn current_qos_name() -> &'static str {
     imp::current_qos_name()
 }
 
+/// Whether the calling thread runs below normal priority (a positive nice
+/// value, or `SCHED_IDLE`; Linux and Android only, elsewhere `false`).
+/// Beside a normal-priority process such a thread gets a small share of a
+/// CPU (nice 10: about a tenth), so the adaptive policy does not wake a
+/// parked worker for a long job then (`contention.rs`).
+#[inline]
+pub(crate) fn below_normal_priority() -> bool {
+    if cfg!(any(miri, loom)) {
+        return false;
+    }
+    imp::below_normal_priority()
+}
+
 #[cfg_attr(
     not(any(target_vendor = "apple", target_os = "linux", target_os = "android")),
     allow(dead_code)
@@ -140,6 +153,10 @@ mod imp {
             io::ErrorKind::Unsupported,
             "per-thread nice values are Linux/Android only; use a QoS class on macOS",
         ))
+    }
+
+    pub(super) fn below_normal_priority() -> bool {
+        false
     }
 
     pub(super) fn current_qos_name() -> &'static str {
@@ -205,6 +222,18 @@ mod imp {
     pub(super) fn current_qos_name() -> &'static str {
         "n/a (no QoS classes on Linux)"
     }
+
+    pub(super) fn below_normal_priority() -> bool {
+        // SAFETY: no arguments; pid 0 is the calling thread.
+        if unsafe { libc::sched_getscheduler(0) } == libc::SCHED_IDLE {
+            return true;
+        }
+        // SAFETY: gettid takes no arguments and cannot fail.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+        // SAFETY: PRIO_PROCESS with a thread id reads that thread's nice
+        // value on Linux; no pointers. An error reads as -1: not below.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS as _, tid) > 0 }
+    }
 }
 
 #[cfg(not(any(target_vendor = "apple", target_os = "linux", target_os = "android")))]
@@ -232,5 +261,9 @@ mod imp {
 
     pub(super) fn current_qos_name() -> &'static str {
         "n/a (no QoS classes on this system)"
+    }
+
+    pub(super) fn below_normal_priority() -> bool {
+        false
     }
 }

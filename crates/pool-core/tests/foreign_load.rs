@@ -35,12 +35,14 @@ fn a_busy_process_shows_up_as_foreign_cpus() {
 }
 
 /// With as many busy processes as CPUs, seen by the load sample: a
-/// worker parked, then one row job of `expected` length. Returns the
-/// job's width (`n`), the grains it ran, and the pool's counters over it.
+/// worker parked, then one row job of `expected` length, from a thread at
+/// `nice`. Returns the job's width (`n`), the grains it ran, and the
+/// pool's counters over it.
 #[cfg(target_os = "linux")]
 fn one_row_job_beside_busy_cpus(
     name: &'static str,
     expected: std::time::Duration,
+    nice: i32,
 ) -> (usize, usize, pool_core::PoolStats) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
@@ -48,6 +50,16 @@ fn one_row_job_beside_busy_cpus(
     use pool_core::{Pool, SpinPolicy};
 
     testkit::watched(name, move |stage| {
+        if nice != 0 {
+            // SAFETY: gettid takes no arguments; PRIO_PROCESS with a
+            // thread id sets that thread's nice value (raising it needs no
+            // privilege); no pointers.
+            let rc = unsafe {
+                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                libc::setpriority(libc::PRIO_PROCESS, tid, nice)
+            };
+            assert_eq!(rc, 0, "setpriority(nice {nice})");
+        }
         let cpus = pool_topo::usable_cpus();
         stage.set(format!("starting {cpus} busy processes"));
         let _busy = testkit::BusyProcesses::start(cpus).expect("busy processes");
@@ -102,7 +114,7 @@ fn with_no_cpu_left_by_other_processes_a_short_row_job_does_not_wake_a_parked_wo
     // the caller's time: a short job runs inline instead, and the worker
     // stays asleep.
     let (width, grains, s) =
-        one_row_job_beside_busy_cpus("short_job_no_cpu_left", std::time::Duration::ZERO);
+        one_row_job_beside_busy_cpus("short_job_no_cpu_left", std::time::Duration::ZERO, 0);
     assert_eq!(grains, 1, "the caller ran it alone");
     assert_eq!(width, 1, "a parked worker was invited: {s}");
     assert_eq!(s.unparks, 0, "{s}");
@@ -115,7 +127,7 @@ fn with_no_cpu_left_by_other_processes_a_long_row_job_still_wakes_a_parked_worke
     // A job of a millisecond repays the wake: the worker gets a share of a
     // busy CPU for the rest of it (or is withdrawn if it gets none).
     let (width, grains, s) =
-        one_row_job_beside_busy_cpus("long_job_no_cpu_left", pool_core::WORTH_A_WAKE * 10);
+        one_row_job_beside_busy_cpus("long_job_no_cpu_left", pool_core::WORTH_A_WAKE * 10, 0);
     assert_eq!(width, 2, "the parked worker was not invited: {s}");
     assert_eq!(s.unparks, 1, "{s}");
     assert_eq!(
@@ -123,4 +135,21 @@ fn with_no_cpu_left_by_other_processes_a_long_row_job_still_wakes_a_parked_worke
         1 + s.worker_jobs(),
         "the caller and each worker that took its seat ran once: {s}"
     );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+#[cfg_attr(miri, ignore = "Miri does not run other processes")]
+fn with_no_cpu_left_by_other_processes_a_niced_callers_long_row_job_does_not_wake_a_parked_worker()
+{
+    // At nice 10 beside normal-priority processes a woken worker would get
+    // about a tenth of a CPU: not worth the joins it delays.
+    let (width, grains, s) = one_row_job_beside_busy_cpus(
+        "niced_long_job_no_cpu_left",
+        pool_core::WORTH_A_WAKE * 10,
+        10,
+    );
+    assert_eq!(grains, 1, "the caller ran it alone");
+    assert_eq!(width, 1, "a parked worker was invited: {s}");
+    assert_eq!(s.unparks, 0, "{s}");
 }
