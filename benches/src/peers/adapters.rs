@@ -150,8 +150,18 @@ impl Peer for PoolAltPeer {
         self.0.run(f);
     }
     fn barriers(&mut self, barriers: usize, f: &ShareFn<'_>) {
+        // Every phase has all the region's shares: under foreign load the
+        // adaptive policy may run a job narrower than the pool, and then
+        // the participants that came run the missing ones (on a loaded
+        // machine a phase of one share after phases of two broke the
+        // suite's barrier check).
+        let width = self.threads();
         for _ in 0..barriers {
-            self.0.run(f);
+            self.0.run(|idx, n| {
+                for share in (idx..width).step_by(n.max(1)) {
+                    f(share, width);
+                }
+            });
         }
     }
     fn rows(&mut self, rows: usize, f: &RowFn<'_>) {
