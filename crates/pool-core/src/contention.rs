@@ -36,23 +36,17 @@ impl Shared {
     /// The adaptive policy's share for a withdrawable job: the invite cap
     /// and this process's own callers; and when other processes leave no
     /// CPU for a worker (`load.rs`), only the workers still awake, unless
-    /// the job is `long`. A worker that has not started is withdrawn, not
-    /// waited for, so an awake one costs nothing if it gets no CPU; but
-    /// waking a parked one then puts it on a busy CPU, most often the
-    /// caller's own (with no idle CPU the scheduler places a wakee beside
-    /// its waker), where it takes the caller's time and few grains. Beside
-    /// a busy process on one of 2 CPUs: 0.80-0.92x the serial loop waking
-    /// it for every row job of a short token (stories15M), 0.94-1.05x not.
-    /// A long job ([`crate::WORTH_A_WAKE`] or more of one thread's work)
-    /// repays the wake: the worker gets a share of a CPU for the rest of
-    /// it, and stays awake for the jobs after it (stories110M Q8_0, whose
-    /// row jobs mostly read 1.7-3.4 MB: 0.84-0.86x the best fixed budget
-    /// running them inline, level with it waking the worker for them).
-    /// Not below normal priority: at nice 10 beside a nice-0 process the
-    /// woken worker gets about a tenth of a CPU, and the joins it delays
-    /// cost more (stories110M Q8_0, setting 15 of `pool bench
-    /// --scenarios`: 0.90-0.92x the best of rayon and serial waking it,
-    /// 0.99-1.02x not).
+    /// the job is `long` and the caller is not below normal priority. A
+    /// worker that has not started is withdrawn, not waited for, so an
+    /// awake one costs nothing if it gets no CPU; but waking a parked one
+    /// then puts it on a busy CPU, most often the caller's own (with no
+    /// idle CPU the scheduler places a wakee beside its waker), where it
+    /// takes the caller's time and few grains: for the short jobs of a
+    /// short token that costs more than it brings. A long job
+    /// ([`crate::WORTH_A_WAKE`]) repays it: the worker gets a share of a
+    /// busy CPU for the rest of the job. A niced caller's worker gets too
+    /// small a share (nice 10: about a tenth of a CPU). The measurements
+    /// behind each rule: docs/design.md, "Withdrawable invitations".
     #[inline]
     pub(crate) fn fit_optional(
         &self,

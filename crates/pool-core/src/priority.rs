@@ -210,12 +210,16 @@ mod imp {
         os_result(rc, &format!("sched_setscheduler({policy:?})"))
     }
 
-    pub(super) fn set_nice(nice: i32) -> io::Result<()> {
+    /// The calling thread's id, which `PRIO_PROCESS` takes for a thread.
+    fn this_thread() -> libc::id_t {
         // SAFETY: gettid takes no arguments and cannot fail.
-        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+        unsafe { libc::syscall(libc::SYS_gettid) as libc::id_t }
+    }
+
+    pub(super) fn set_nice(nice: i32) -> io::Result<()> {
         // SAFETY: PRIO_PROCESS with a thread id sets that thread's nice
         // value on Linux; no pointers.
-        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS as _, tid, nice) };
+        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS as _, this_thread(), nice) };
         os_result(rc, &format!("setpriority(nice {nice})"))
     }
 
@@ -228,11 +232,9 @@ mod imp {
         if unsafe { libc::sched_getscheduler(0) } == libc::SCHED_IDLE {
             return true;
         }
-        // SAFETY: gettid takes no arguments and cannot fail.
-        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
         // SAFETY: PRIO_PROCESS with a thread id reads that thread's nice
         // value on Linux; no pointers. An error reads as -1: not below.
-        unsafe { libc::getpriority(libc::PRIO_PROCESS as _, tid) > 0 }
+        unsafe { libc::getpriority(libc::PRIO_PROCESS as _, this_thread()) > 0 }
     }
 }
 
