@@ -104,6 +104,86 @@ struct Bandwidth {
     /// (decode then runs the row-major kernels above).
     q8_0_interleaved: Option<InterleavedLine>,
     q4_0_interleaved: Option<InterleavedLine>,
+    /// The k-quants (Q4_K, then Q6_K) the same way: a matrix of random
+    /// super-blocks past the last-level cache, through the row job the
+    /// decoder runs.
+    k_quants: Vec<KQuantLine>,
+}
+
+/// One k-quant format's matvec against the parallel read of its bytes.
+#[derive(Serialize)]
+struct KQuantLine {
+    format: &'static str,
+    matrix: [usize; 2],
+    mb: f64,
+    read_ceiling_gbs: Summary,
+    pool_gbs: Summary,
+    rayon_gbs: Summary,
+    serial_gbs: Summary,
+    pool_pct_of_ceiling: f64,
+}
+
+/// Random super-blocks of `ty` for a `rows x cols` matrix: the kernels'
+/// speed does not depend on the values, so any bytes, with each
+/// super-block's f16 scales set to 1/256 (no infinities or NaN).
+fn random_k_quant(ty: WeightType, rows: usize, cols: usize, rng: &mut XorShift) -> Vec<u8> {
+    let row = ty.row_bytes(cols).expect("whole super-blocks");
+    let mut bytes: Vec<u8> = (0..rows * row).map(|_| rng.next_u64() as u8).collect();
+    // Q4_K's `d` and `dmin` open its block; Q6_K's `d` closes it.
+    let scales_at: &[usize] = match ty {
+        WeightType::Q4_K => &[0, 2],
+        _ => &[ty.block_bytes() - 2],
+    };
+    let scale = half::f16::from_f32(1.0 / 256.0).to_bits().to_le_bytes();
+    for super_block in bytes.chunks_exact_mut(ty.block_bytes()) {
+        for &at in scales_at {
+            super_block[at..at + 2].copy_from_slice(&scale);
+        }
+    }
+    bytes
+}
+
+/// `ty`'s line: its matvec on the pool, rayon and one thread, and the
+/// parallel read of the same bytes, in alternating rounds.
+fn k_quant_line(
+    pool: &Pool,
+    rayon: &RayonExecutor,
+    samples: usize,
+    ty: WeightType,
+    [rows, cols]: [usize; 2],
+    rng: &mut XorShift,
+) -> KQuantLine {
+    let bytes = random_k_quant(ty, rows, cols, rng);
+    let w = Weights::new(ty, rows, cols, &bytes).expect("whole rows of aligned super-blocks");
+    let x: Vec<f32> = (0..cols).map(|_| rng.uniform()).collect();
+    let input = PreparedInput::new(&x, [ty]);
+    let mut out = vec![0.0f32; rows];
+    let read = read_ceiling_bytes_len(&bytes);
+    let mut runs: [Vec<f64>; 4] = Default::default();
+    for _ in 0..samples {
+        runs[0].push(gbs_once(read, || {
+            std::hint::black_box(read_ceiling_bytes(Some(pool), &bytes));
+        }));
+        runs[1].push(gbs_once(bytes.len(), || {
+            pool.run_rows_into(&mut out, |start, rows| w.rows_into(&input, start, rows))
+        }));
+        runs[2].push(gbs_once(bytes.len(), || {
+            rayon.run_rows_into(&mut out, |start, rows| w.rows_into(&input, start, rows))
+        }));
+        runs[3].push(gbs_once(bytes.len(), || w.rows_into(&input, 0, &mut out)));
+    }
+    let [read_ceiling_gbs, pool_gbs, rayon_gbs, serial_gbs] =
+        runs.map(|r| Summary::from(Stats::of(r)));
+    KQuantLine {
+        format: ty.name(),
+        matrix: [rows, cols],
+        mb: bytes.len() as f64 / 1e6,
+        read_ceiling_gbs,
+        pool_gbs,
+        rayon_gbs,
+        serial_gbs,
+        pool_pct_of_ceiling: 100.0 * pool_gbs.median / read_ceiling_gbs.median,
+    }
 }
 
 #[derive(Serialize)]
@@ -524,6 +604,15 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         &q4_x_f32,
     );
     drop((q8, q4));
+    // The k-quants past the last-level cache too: 4096 columns, about the
+    // Q4_0 matrix's bytes (Q4_K 0.56 bytes a weight, Q6_K 0.82).
+    let k_rows = if quick { 4096 } else { 147456 };
+    let k_rayon = RayonExecutor::new(participants);
+    let k_quants = [WeightType::Q4_K, WeightType::Q6_K]
+        .into_iter()
+        .map(|ty| k_quant_line(&pool, &k_rayon, bw_samples, ty, [k_rows, 4096], &mut rng))
+        .collect();
+    drop(k_rayon);
     let [q8_0_pool_gbs, q8_0_rayon_gbs, q8_0_serial_gbs, q4_0_pool_gbs, q4_0_rayon_gbs, q4_0_serial_gbs, q8_0_read_ceiling_gbs, q4_0_read_ceiling_gbs] =
         q_runs.map(|r| Summary::from(Stats::of(r)));
     let bandwidth = Bandwidth {
@@ -549,6 +638,7 @@ pub(crate) fn measure(quick: bool) -> BenchReport {
         q4_0_read_ceiling_gbs,
         q8_0_interleaved,
         q4_0_interleaved,
+        k_quants,
     };
 
     let kernel_shapes = kernel_shapes(quick);
@@ -650,6 +740,7 @@ fn measurement_problems(r: &BenchReport) -> Vec<String> {
         .into_iter()
         .filter_map(|(what, line)| Some((what, line.as_ref()?.pool_pct_of_ceiling))),
     )
+    .chain(b.k_quants.iter().map(|k| (k.format, k.pool_pct_of_ceiling)))
     .filter_map(|(what, pct)| crate::measure::impossible_share(what, pct / 100.0))
     .collect();
     for k in &r.kernel_shapes {
@@ -816,6 +907,31 @@ pub(crate) fn run(quick: bool, json: bool, markdown: bool) -> Result<(), String>
                 i.pool_gbs.median / pool.median
             );
         }
+    }
+    for k in &b.k_quants {
+        println!(
+            "  {} {}x{} ({:.0} MB of super-blocks, {} tier), weight bytes read per second:",
+            k.format, k.matrix[0], k.matrix[1], k.mb, r.simd_tier
+        );
+        line(
+            "parallel read of the same bytes (ceiling)",
+            &k.read_ceiling_gbs,
+            "GB/s",
+        );
+        line(&format!("{} matvec, pool", k.format), &k.pool_gbs, "GB/s");
+        line(&format!("{} matvec, rayon", k.format), &k.rayon_gbs, "GB/s");
+        line(
+            &format!("{} matvec, serial", k.format),
+            &k.serial_gbs,
+            "GB/s",
+        );
+        println!(
+            "  pool {} at {:.0} % of the read ceiling; pool/rayon {:.2}x, pool/serial {:.2}x",
+            k.format,
+            k.pool_pct_of_ceiling,
+            k.pool_gbs.median / k.rayon_gbs.median,
+            k.pool_gbs.median / k.serial_gbs.median
+        );
     }
     for k in &r.kernel_shapes {
         println!(

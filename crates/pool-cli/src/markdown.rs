@@ -79,6 +79,21 @@ pub(crate) fn print(report: &Value, command: &str) {
             num(&i["pool_pct_of_ceiling"]),
         );
     }
+    for k in b["k_quants"].as_array().into_iter().flatten() {
+        let (pool, rayon, serial) = (
+            med(&k["pool_gbs"]),
+            med(&k["rayon_gbs"]),
+            med(&k["serial_gbs"]),
+        );
+        println!(
+            "| {} matvec from DRAM, GB/s | {pool:.1} | {rayon:.1} | {serial:.1} | {:.2}x | {:.2}x | read ceiling {:.1} ({:.0} % reached) |",
+            str_of(&k["format"]),
+            pool / rayon,
+            pool / serial,
+            med(&k["read_ceiling_gbs"]),
+            num(&k["pool_pct_of_ceiling"]),
+        );
+    }
     for d in r["decode_formats"].as_array().into_iter().flatten() {
         println!(
             "| synthetic decode {}, tokens/s | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.0} dispatches per token |",

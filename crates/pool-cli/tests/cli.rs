@@ -200,6 +200,19 @@ fn bench_quick_json_has_every_field_with_sane_values() {
     ] {
         positive(&["bandwidth", f, "median"]);
     }
+    let k_quants: Vec<&str> = r["bandwidth"]["k_quants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["format"].as_str().unwrap())
+        .collect();
+    assert_eq!(k_quants, ["Q4_K", "Q6_K"]);
+    for i in ["0", "1"] {
+        for f in ["read_ceiling_gbs", "pool_gbs", "rayon_gbs", "serial_gbs"] {
+            positive(&["bandwidth", "k_quants", i, f, "median"]);
+        }
+        positive(&["bandwidth", "k_quants", i, "pool_pct_of_ceiling"]);
+    }
     let formats: Vec<&str> = r["decode_formats"]
         .as_array()
         .unwrap()
