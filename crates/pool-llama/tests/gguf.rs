@@ -152,7 +152,7 @@ fn a_gguf_file_opens_from_disk_read_or_mapped_with_the_same_tokens() {
 
 #[test]
 #[cfg_attr(miri, ignore = "a file read into a huge-page mapping")]
-fn q8_0_and_q4_0_read_into_a_copy_give_the_mapped_files_logits_to_the_bit() {
+fn q8_0_q4_0_and_q6_k_read_into_a_copy_give_the_mapped_files_logits_to_the_bit() {
     watched("gguf_interleaved_copy", |stage| {
         let pool = Pool::with_spin(1, 1000);
         let q4_0_with_q6_k_output = {
@@ -164,7 +164,8 @@ fn q8_0_and_q4_0_read_into_a_copy_give_the_mapped_files_logits_to_the_bit() {
             ("Q8_0", Spec::all(WeightType::Q8_0), 7 * 2 + 1),
             ("Q8_0 tied", Spec::all(WeightType::Q8_0), 7 * 2 + 1),
             ("Q4_0", Spec::all(WeightType::Q4_0), 7 * 2 + 1),
-            ("Q4_0 + Q6_K output", q4_0_with_q6_k_output, 7 * 2),
+            // The Q6_K classifier is interleaved too.
+            ("Q4_0 + Q6_K output", q4_0_with_q6_k_output, 7 * 2 + 1),
         ];
         for (seed, (name, mut spec, matrices)) in cases.into_iter().enumerate() {
             stage.set(name);

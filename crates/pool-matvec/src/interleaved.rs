@@ -1,5 +1,8 @@
 //! Q8_0 and Q4_0 matrices with their rows interleaved by sixteen: the
 //! layout the AVX-512 VNNI kernels read without a horizontal sum per block.
+//! Q6_K's layout and kernel (super-blocks of 256 with sixteen scales) are
+//! in `q6_k.rs`; the group loop ([`groups_into`]) and the float part
+//! (`accumulate`) are shared.
 //!
 //! Row-major (GGUF's layout) gives each block of one row a 32-value
 //! integer dot spread over eight lanes, which must be summed across them
@@ -43,6 +46,7 @@ use crate::q4_0::BlockQ4_0;
 use crate::q8_0::{Activation, BlockQ8_0, QK8_0};
 use crate::weights::WeightsError;
 use crate::WeightType;
+pub(crate) use q6_k::rows_into as q6_k_rows_into;
 
 /// Rows per interleaved group.
 pub const INTERLEAVED_ROWS: usize = 16;
@@ -54,14 +58,14 @@ const SCALE: usize = 2;
 const GROUP_SCALES: usize = INTERLEAVED_ROWS * SCALE;
 
 /// Whether this CPU's kernels read `ty` faster interleaved than
-/// row-major: Q8_0 and Q4_0 on the AVX-512 tier with VNNI (the tier in
+/// row-major: Q8_0, Q4_0 and Q6_K on the AVX-512 tier with VNNI (the tier in
 /// force, so `POOL_SIMD_TIER` lowering it turns interleaving off). A
 /// loader interleaves only where this holds; elsewhere the interleaved
 /// layout still computes the same bits, more slowly.
 pub fn interleaving_pays(ty: WeightType) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        matches!(ty, WeightType::Q8_0 | WeightType::Q4_0)
+        matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q6_K)
             && crate::tier::simd_tier() == crate::SimdTier::Avx512
             && crate::tier::has_avx512_vnni()
     }
@@ -80,7 +84,7 @@ pub(crate) fn blocks_per_row(
     cols: usize,
     len: usize,
 ) -> Result<usize, WeightsError> {
-    if !matches!(ty, WeightType::Q8_0 | WeightType::Q4_0) {
+    if !matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q6_K) {
         return Err(WeightsError::NotInterleavable { ty });
     }
     let row = ty
@@ -90,7 +94,13 @@ pub(crate) fn blocks_per_row(
     if needed != Some(len) {
         return Err(WeightsError::Size { needed, found: len });
     }
-    Ok(cols / QK8_0)
+    Ok(cols / ty.block_values())
+}
+
+/// Bytes of one interleaved group of `ty` with `per_row` blocks per row:
+/// sixteen rows' blocks, rearranged.
+fn group_bytes(ty: WeightType, per_row: usize) -> usize {
+    INTERLEAVED_ROWS * per_row * ty.block_bytes()
 }
 
 /// Value bytes of one block of `ty` and whether they are stored with the
@@ -177,6 +187,10 @@ pub fn interleave_rows(
     cols: usize,
 ) -> Result<(), WeightsError> {
     let per_row = blocks_per_row(ty, rows, cols, bytes.len())?;
+    if ty == WeightType::Q6_K {
+        q6_k::interleave(bytes, per_row);
+        return Ok(());
+    }
     let block = ty.block_bytes();
     let (values, flip) = value_bytes(ty);
     let layout = GroupLayout::of(ty, per_row);
@@ -280,6 +294,9 @@ pub(crate) fn row_into(
     r: usize,
     out: &mut [f32],
 ) {
+    if ty == WeightType::Q6_K {
+        return q6_k::row_into(bytes, rows, per_row, r, out);
+    }
     // Block by block, straight into `out`: an embedding lookup per token
     // allocates nothing.
     for (b, out) in out.chunks_exact_mut(QK8_0).take(per_row).enumerate() {
@@ -319,10 +336,8 @@ fn row_major_into(
     }
 }
 
-/// `out[i] = row(start + i) . x` over an interleaved matrix, on the
-/// calling thread. A group cut by `start` or the end is computed whole and
-/// the rows asked for copied out: each row's bits never depend on where a
-/// job's ranges fall.
+/// `out[i] = row(start + i) . x` over an interleaved Q8_0 or Q4_0
+/// matrix, on the calling thread.
 pub(crate) fn rows_into(
     ty: WeightType,
     bytes: &[u8],
@@ -332,13 +347,43 @@ pub(crate) fn rows_into(
     start: usize,
     out: &mut [f32],
 ) {
-    let end = start + out.len();
-    let whole = rows / INTERLEAVED_ROWS * INTERLEAVED_ROWS;
-    let group_bytes = GroupLayout::of(ty, per_row).bytes();
     // Chosen once per call, not per group: a stories15M group is nine
     // blocks, and the tier checks and a copy through `memmove` per group
     // were 6 % of its 2-thread decode.
     let (one, streams) = (group_kernel::<1>(ty), group_kernel::<STREAMS>(ty));
+    groups_into(
+        group_bytes(ty, per_row),
+        bytes,
+        rows,
+        start,
+        out,
+        |g, out| one(ty, g, per_row, x, out),
+        |g, out| streams(ty, g, per_row, x, out),
+        |from, out| row_major_into(ty, bytes, rows, per_row, x, from, out),
+    );
+}
+
+/// The rows `start..start + out.len()` of an interleaved matrix whose
+/// groups are `group_bytes` long, group by group: `streams` on
+/// [`STREAMS`] whole groups at once, `one` on a single group, `tail` on
+/// the row-major rows past the last whole group (from its first row). A
+/// group cut by `start` or the end is computed whole and the rows asked
+/// for copied out: each row's bits never depend on where a job's ranges
+/// fall.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn groups_into(
+    group_bytes: usize,
+    bytes: &[u8],
+    rows: usize,
+    start: usize,
+    out: &mut [f32],
+    one: impl Fn([&[u8]; 1], [&mut [f32; INTERLEAVED_ROWS]; 1]),
+    streams: impl Fn([&[u8]; STREAMS], [&mut [f32; INTERLEAVED_ROWS]; STREAMS]),
+    tail: impl FnOnce(usize, &mut [f32]),
+) {
+    let end = start + out.len();
+    let whole = rows / INTERLEAVED_ROWS * INTERLEAVED_ROWS;
     let group = |g: usize| &bytes[g * group_bytes..][..group_bytes];
     let (span, stop) = (STREAMS * INTERLEAVED_ROWS, end.min(whole));
     let mut r = start;
@@ -354,7 +399,7 @@ pub(crate) fn rows_into(
                     <&mut [f32; INTERLEAVED_ROWS]>::try_from(rows).expect("a group of rows")
                 });
             let outs = std::array::from_fn(|_| outs.next().expect("STREAMS groups"));
-            streams(ty, std::array::from_fn(|k| group(g + k)), per_row, x, outs);
+            streams(std::array::from_fn(|k| group(g + k)), outs);
             r += span;
             continue;
         }
@@ -362,10 +407,10 @@ pub(crate) fn rows_into(
         if let Ok(rows) = <&mut [f32; INTERLEAVED_ROWS]>::try_from(&mut out[r - start..to - start])
         {
             // A whole group asked for: straight into the output.
-            one(ty, [group(g)], per_row, x, [rows]);
+            one([group(g)], [rows]);
         } else {
             let mut all = [0.0f32; INTERLEAVED_ROWS];
-            one(ty, [group(g)], per_row, x, [&mut all]);
+            one([group(g)], [&mut all]);
             out[r - start..to - start].copy_from_slice(&all[r - first..to - first]);
         }
         r = to;
@@ -373,7 +418,7 @@ pub(crate) fn rows_into(
     if end > whole {
         // The rows after the last whole group, row-major in place.
         let from = start.max(whole);
-        row_major_into(ty, bytes, rows, per_row, x, from, &mut out[from - start..]);
+        tail(from, &mut out[from - start..]);
     }
 }
 
@@ -423,6 +468,8 @@ fn row_major_groups<const N: usize>(
         row_major_into(ty, group, INTERLEAVED_ROWS, per_row, x, 0, out);
     }
 }
+
+mod q6_k;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
@@ -480,6 +527,7 @@ mod avx512 {
         for group in groups {
             assert!(group.len() >= layout.bytes());
         }
+        assert!(x.q.len() >= per_row && x.d.len() >= per_row && x.sum.len() >= per_row);
         let block = |g: usize, b: usize| {
             let at = groups[g][layout.value(b, 0, 0)..].as_ptr();
             prefetch_ahead::<Q8_0_L2_AHEAD>(at, INTERLEAVED_ROWS * layout.values);
@@ -509,7 +557,7 @@ mod avx512 {
         // SAFETY: the features, by this function's contract; `scales(g,
         // b)` is block `b`'s 32 bytes of scales, inside the group
         // (asserted).
-        unsafe { accumulate(per_row, x, out, block, scales) }
+        unsafe { accumulate(per_row, |b| x.d[b], out, block, scales) }
     }
 
     /// The sixteen Q4_0 rows of each of `N` interleaved groups against `x`.
@@ -531,6 +579,7 @@ mod avx512 {
         for group in groups {
             assert!(group.len() >= layout.bytes());
         }
+        assert!(x.q.len() >= per_row && x.d.len() >= per_row && x.sum.len() >= per_row);
         let low = _mm512_set1_epi8(0x0f);
         let block = |g: usize, b: usize| {
             let at = groups[g][layout.value(b, 0, 0)..].as_ptr();
@@ -560,7 +609,7 @@ mod avx512 {
         };
         let scales = |g: usize, b: usize| groups[g][layout.scale(b, 0)..].as_ptr();
         // SAFETY: as for `q8_0_group`.
-        unsafe { accumulate(per_row, x, out, block, scales) }
+        unsafe { accumulate(per_row, |b| x.d[b], out, block, scales) }
     }
 
     /// The blocks' terms into eight lanes and the tail, as the row-major
@@ -576,14 +625,13 @@ mod avx512 {
     /// AVX-512 F, AVX2 and F16C; `scales(g, b)` has 32 readable bytes.
     #[target_feature(enable = "avx512f,avx2,f16c")]
     #[inline]
-    unsafe fn accumulate<const N: usize>(
+    pub(super) unsafe fn accumulate<const N: usize>(
         per_row: usize,
-        x: &Activation<'_>,
+        dx: impl Fn(usize) -> f32,
         out: [&mut [f32; INTERLEAVED_ROWS]; N],
         mut block: impl FnMut(usize, usize) -> __m512i,
         scales: impl Fn(usize, usize) -> *const u8,
     ) {
-        assert!(x.q.len() >= per_row && x.d.len() >= per_row && x.sum.len() >= per_row);
         let body = per_row / LANES * LANES;
         let mut term = |g: usize, b: usize, dx: __m512| {
             let sumi = block(g, b);
@@ -598,7 +646,7 @@ mod avx512 {
         let mut acc = [[_mm512_setzero_ps(); LANES]; N];
         for first in (0..body).step_by(LANES) {
             for k in 0..LANES {
-                let dx = _mm512_set1_ps(x.d[first + k]);
+                let dx = _mm512_set1_ps(dx(first + k));
                 for (g, acc) in acc.iter_mut().enumerate() {
                     acc[k] = _mm512_add_ps(acc[k], term(g, first + k, dx));
                 }
@@ -612,7 +660,7 @@ mod avx512 {
             )
         });
         for b in body..per_row {
-            let dx = _mm512_set1_ps(x.d[b]);
+            let dx = _mm512_set1_ps(dx(b));
             for (g, sum) in sums.iter_mut().enumerate() {
                 *sum = _mm512_add_ps(*sum, term(g, b, dx));
             }
@@ -641,9 +689,19 @@ mod tests {
                 .iter()
                 .flat_map(|b| block(b.d, &b.qs.map(|q| q as u8)))
                 .collect(),
-            _ => quantize_q4_0(values)
+            WeightType::Q4_0 => quantize_q4_0(values)
                 .iter()
                 .flat_map(|b| block(b.d, &b.qs))
+                .collect(),
+            _ => crate::quantize_q6_k(values)
+                .iter()
+                .flat_map(|b| {
+                    let mut v = b.ql.to_vec();
+                    v.extend_from_slice(&b.qh);
+                    v.extend(b.scales.iter().map(|&s| s as u8));
+                    v.extend_from_slice(&b.d.to_bits().to_le_bytes());
+                    v
+                })
                 .collect(),
         }
     }
@@ -651,11 +709,25 @@ mod tests {
     #[test]
     fn interleaved_rows_give_the_row_major_bits_for_any_range() {
         let mut rng = XorShift(0x5eed);
-        for ty in [WeightType::Q8_0, WeightType::Q4_0] {
+        for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q6_K] {
             // Whole groups, a partial last group, fewer rows than a group;
             // blocks per row with and without a tail past the eights; an
             // odd number of groups (the kernels read two at once).
-            let shapes: &[(usize, usize)] = if cfg!(miri) {
+            let shapes: &[(usize, usize)] = if ty == WeightType::Q6_K {
+                // Super-blocks of 256: a tail past the eights needs nine.
+                if cfg!(miri) {
+                    &[(17, 256)]
+                } else {
+                    &[
+                        (16, 256),
+                        (21, 512),
+                        (5, 256),
+                        (40, 768),
+                        (48, 2304),
+                        (72, 256),
+                    ]
+                }
+            } else if cfg!(miri) {
                 &[(17, 288)]
             } else {
                 &[
@@ -732,7 +804,7 @@ mod tests {
         let err = interleave_rows(WeightType::Q4_K, &mut bytes, 3, 32).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "Q4_K rows are not interleaved (Q8_0 and Q4_0 are)"
+            "Q4_K rows are not interleaved (Q8_0, Q4_0 and Q6_K are)"
         );
         assert!(Weights::interleaved(WeightType::F32, 1, 1, &[0; 4]).is_err());
     }

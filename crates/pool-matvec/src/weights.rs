@@ -197,7 +197,8 @@ pub enum WeightsError {
         /// The alignment it needs.
         align: usize,
     },
-    /// Rows of this type are never interleaved (only Q8_0 and Q4_0 are).
+    /// Rows of this type are never interleaved (only Q8_0, Q4_0 and Q6_K
+    /// are).
     NotInterleavable {
         /// The type.
         ty: WeightType,
@@ -226,7 +227,7 @@ impl fmt::Display for WeightsError {
                 write!(f, "{ty} data not aligned to {align} bytes")
             }
             WeightsError::NotInterleavable { ty } => {
-                write!(f, "{ty} rows are not interleaved (Q8_0 and Q4_0 are)")
+                write!(f, "{ty} rows are not interleaved (Q8_0, Q4_0 and Q6_K are)")
             }
         }
     }
@@ -456,6 +457,17 @@ impl<'a> Weights<'a> {
                 let xq = x.q8k.as_deref().expect("input prepared for Q4_K");
                 k_quants::q4_k_rows(self.blocks(start, end), self.cols / QK_K, xq, out);
             }
+            WeightType::Q6_K if self.interleaved => {
+                let xq = x.q8k.as_deref().expect("input prepared for Q6_K");
+                crate::interleaved::q6_k_rows_into(
+                    self.bytes,
+                    self.rows,
+                    self.cols / QK_K,
+                    xq,
+                    start,
+                    out,
+                );
+            }
             WeightType::Q6_K => {
                 let xq = x.q8k.as_deref().expect("input prepared for Q6_K");
                 k_quants::q6_k_rows(self.blocks(start, end), self.cols / QK_K, xq, out);
@@ -478,12 +490,12 @@ impl<'a> Weights<'a> {
                     *v = h.to_f32();
                 }
             }
-            WeightType::Q8_0 | WeightType::Q4_0 if self.interleaved => {
+            WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q6_K if self.interleaved => {
                 crate::interleaved::row_into(
                     self.ty,
                     self.bytes,
                     self.rows,
-                    self.cols / QK8_0,
+                    self.cols / self.ty.block_values(),
                     r,
                     out,
                 );
