@@ -121,6 +121,9 @@ struct KQuantLine {
     rayon_gbs: Summary,
     serial_gbs: Summary,
     pool_pct_of_ceiling: f64,
+    /// Where rows interleaved by sixteen pay (Q6_K on AVX-512 VNNI), the
+    /// same matrix so rearranged, as `pool decode` reads it here.
+    interleaved: Option<InterleavedLine>,
 }
 
 /// Random super-blocks of `ty` for a `rows x cols` matrix: the kernels'
@@ -153,7 +156,7 @@ fn k_quant_line(
     [rows, cols]: [usize; 2],
     rng: &mut XorShift,
 ) -> KQuantLine {
-    let bytes = random_k_quant(ty, rows, cols, rng);
+    let mut bytes = random_k_quant(ty, rows, cols, rng);
     let w = Weights::new(ty, rows, cols, &bytes).expect("whole rows of aligned super-blocks");
     let x: Vec<f32> = (0..cols).map(|_| rng.uniform()).collect();
     let input = PreparedInput::new(&x, [ty]);
@@ -174,6 +177,8 @@ fn k_quant_line(
     }
     let [read_ceiling_gbs, pool_gbs, rayon_gbs, serial_gbs] =
         runs.map(|r| Summary::from(Stats::of(r)));
+    drop((w, input));
+    let interleaved = interleaved_line(pool, samples, ty, &mut bytes, [rows, cols], &x);
     KQuantLine {
         format: ty.name(),
         matrix: [rows, cols],
@@ -183,6 +188,7 @@ fn k_quant_line(
         rayon_gbs,
         serial_gbs,
         pool_pct_of_ceiling: 100.0 * pool_gbs.median / read_ceiling_gbs.median,
+        interleaved,
     }
 }
 
@@ -393,7 +399,7 @@ fn interleaved_line(
     if !interleaving_pays(ty) {
         return None;
     }
-    interleave_rows(ty, bytes, rows, cols).expect("the bench matrices are whole Q8_0/Q4_0 rows");
+    interleave_rows(ty, bytes, rows, cols).expect("the bench matrices are whole rows");
     let bytes: &[u8] = bytes;
     let w = Weights::interleaved(ty, rows, cols, bytes).expect("just interleaved");
     let input = PreparedInput::new(x, [ty]);
@@ -741,6 +747,11 @@ fn measurement_problems(r: &BenchReport) -> Vec<String> {
         .filter_map(|(what, line)| Some((what, line.as_ref()?.pool_pct_of_ceiling))),
     )
     .chain(b.k_quants.iter().map(|k| (k.format, k.pool_pct_of_ceiling)))
+    .chain(
+        b.k_quants
+            .iter()
+            .filter_map(|k| Some((k.format, k.interleaved.as_ref()?.pool_pct_of_ceiling))),
+    )
     .filter_map(|(what, pct)| crate::measure::impossible_share(what, pct / 100.0))
     .collect();
     for k in &r.kernel_shapes {
@@ -932,6 +943,24 @@ pub(crate) fn run(quick: bool, json: bool, markdown: bool) -> Result<(), String>
             k.pool_gbs.median / k.rayon_gbs.median,
             k.pool_gbs.median / k.serial_gbs.median
         );
+        if let Some(i) = &k.interleaved {
+            println!(
+                "  {} rows interleaved by sixteen (what `pool decode` runs here):",
+                k.format
+            );
+            line(
+                "parallel read of the same bytes (ceiling)",
+                &i.read_ceiling_gbs,
+                "GB/s",
+            );
+            line(&format!("{} matvec, pool", k.format), &i.pool_gbs, "GB/s");
+            println!(
+                "  pool {}, rows interleaved, at {:.0} % of the read ceiling; {:.2}x the row-major pool line",
+                k.format,
+                i.pool_pct_of_ceiling,
+                i.pool_gbs.median / k.pool_gbs.median
+            );
+        }
     }
     for k in &r.kernel_shapes {
         println!(

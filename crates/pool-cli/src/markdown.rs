@@ -93,6 +93,16 @@ pub(crate) fn print(report: &Value, command: &str) {
             med(&k["read_ceiling_gbs"]),
             num(&k["pool_pct_of_ceiling"]),
         );
+        let i = &k["interleaved"];
+        if !i.is_null() {
+            println!(
+                "| {} matvec from DRAM, rows interleaved by sixteen (what decode runs here), GB/s | {:.1} | - | - | - | - | read ceiling {:.1} ({:.0} % reached) |",
+                str_of(&k["format"]),
+                med(&i["pool_gbs"]),
+                med(&i["read_ceiling_gbs"]),
+                num(&i["pool_pct_of_ceiling"]),
+            );
+        }
     }
     for d in r["decode_formats"].as_array().into_iter().flatten() {
         println!(
