@@ -2,7 +2,7 @@
 //! ceiling of the same bytes, for matrices past, in and well inside the LLC;
 //! `run_many` of three matrices vs three `run_rows`; and every quantized
 //! format's kernel on one decode-shaped matrix on one thread (Q8_0, Q4_0
-//! and Q6_K row-major and interleaved by sixteen, Q4_K row-major).
+//! Q4_K and Q6_K, row-major and interleaved by sixteen).
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
@@ -182,7 +182,7 @@ fn formats(c: &mut Criterion) {
         group.bench_function(format!("{ty}_row_major"), |b| {
             b.iter(|| plain.rows_into(&input, 0, &mut out))
         });
-        if ty == WeightType::Q6_K {
+        {
             let mut interleaved = bytes.clone();
             interleave_rows(ty, &mut interleaved, rows, cols).unwrap();
             let grouped = Weights::interleaved(ty, rows, cols, &interleaved).unwrap();

@@ -121,7 +121,7 @@ struct KQuantLine {
     rayon_gbs: Summary,
     serial_gbs: Summary,
     pool_pct_of_ceiling: f64,
-    /// Where rows interleaved by sixteen pay (Q6_K on AVX-512 VNNI), the
+    /// Where rows interleaved by sixteen pay (Q4_K and Q6_K on AVX-512 VNNI), the
     /// same matrix so rearranged, as `pool decode` reads it here.
     interleaved: Option<InterleavedLine>,
 }

@@ -193,7 +193,7 @@ impl Model {
     ///
     /// Where the CPU's kernels read them faster
     /// ([`pool_matvec::interleaving_pays`]: AVX-512 VNNI), the copy's
-    /// Q8_0, Q4_0 and Q6_K matrices are rearranged into rows interleaved by
+    /// Q8_0, Q4_0, Q4_K and Q6_K matrices are rearranged into rows interleaved by
     /// sixteen: the same bytes, no dequantized copy, and the same logits to
     /// the bit ([`Model::interleaved_matrices`] counts them).
     pub fn open(path: impl AsRef<Path>) -> Result<Model, LoadError> {
@@ -341,7 +341,7 @@ impl Model {
     }
 
     /// Where this CPU's kernels read a type faster interleaved
-    /// ([`pool_matvec::interleaving_pays`]: Q8_0, Q4_0 and Q6_K on
+    /// ([`pool_matvec::interleaving_pays`]: Q8_0, Q4_0, Q4_K and Q6_K on
     /// AVX-512 VNNI) and the weights are the model's own copy ([`Model::open`],
     /// [`Model::from_bytes`]), rearranges every such matrix a token
     /// multiplies by (the embedding too when the output shares it) into

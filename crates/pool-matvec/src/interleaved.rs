@@ -1,8 +1,8 @@
 //! Q8_0 and Q4_0 matrices with their rows interleaved by sixteen: the
 //! layout the AVX-512 VNNI kernels read without a horizontal sum per block.
-//! Q6_K's layout and kernel (super-blocks of 256 with sixteen scales) are
-//! in `q6_k.rs`; the group loop ([`groups_into`]) and the float part
-//! (`accumulate`) are shared.
+//! The k-quants' layouts and kernels (super-blocks of 256) are in `q4_k.rs`
+//! and `q6_k.rs`, what they share in `super_blocks.rs`; the group loop
+//! ([`groups_into`]) and the float part (`accumulate_terms`) serve all.
 //!
 //! Row-major (GGUF's layout) gives each block of one row a 32-value
 //! integer dot spread over eight lanes, which must be summed across them
@@ -46,7 +46,6 @@ use crate::q4_0::BlockQ4_0;
 use crate::q8_0::{Activation, BlockQ8_0, QK8_0};
 use crate::weights::WeightsError;
 use crate::WeightType;
-pub(crate) use q6_k::rows_into as q6_k_rows_into;
 
 /// Rows per interleaved group.
 pub const INTERLEAVED_ROWS: usize = 16;
@@ -58,15 +57,17 @@ const SCALE: usize = 2;
 const GROUP_SCALES: usize = INTERLEAVED_ROWS * SCALE;
 
 /// Whether this CPU's kernels read `ty` faster interleaved than
-/// row-major: Q8_0, Q4_0 and Q6_K on the AVX-512 tier with VNNI (the tier in
+/// row-major: Q8_0, Q4_0, Q4_K and Q6_K on the AVX-512 tier with VNNI (the tier in
 /// force, so `POOL_SIMD_TIER` lowering it turns interleaving off). A
 /// loader interleaves only where this holds; elsewhere the interleaved
 /// layout still computes the same bits, more slowly.
 pub fn interleaving_pays(ty: WeightType) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q6_K)
-            && crate::tier::simd_tier() == crate::SimdTier::Avx512
+        matches!(
+            ty,
+            WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_K | WeightType::Q6_K
+        ) && crate::tier::simd_tier() == crate::SimdTier::Avx512
             && crate::tier::has_avx512_vnni()
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -84,7 +85,10 @@ pub(crate) fn blocks_per_row(
     cols: usize,
     len: usize,
 ) -> Result<usize, WeightsError> {
-    if !matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q6_K) {
+    if !matches!(
+        ty,
+        WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_K | WeightType::Q6_K
+    ) {
         return Err(WeightsError::NotInterleavable { ty });
     }
     let row = ty
@@ -187,10 +191,16 @@ pub fn interleave_rows(
     cols: usize,
 ) -> Result<(), WeightsError> {
     let per_row = blocks_per_row(ty, rows, cols, bytes.len())?;
-    if ty == WeightType::Q6_K {
-        q6_k::interleave(bytes, per_row);
-        return Ok(());
+    match ty {
+        WeightType::Q4_K => super_blocks::interleave::<q4_k::Q4K>(bytes, per_row),
+        WeightType::Q6_K => super_blocks::interleave::<q6_k::Q6K>(bytes, per_row),
+        _ => interleave_blocks(ty, bytes, per_row),
     }
+    Ok(())
+}
+
+/// [`interleave_rows`] for Q8_0 and Q4_0 (`GroupLayout`).
+fn interleave_blocks(ty: WeightType, bytes: &mut [u8], per_row: usize) {
     let block = ty.block_bytes();
     let (values, flip) = value_bytes(ty);
     let layout = GroupLayout::of(ty, per_row);
@@ -209,7 +219,6 @@ pub fn interleave_rows(
         }
     }
     debug_assert_eq!(values + SCALE, block);
-    Ok(())
 }
 
 /// Row `r`'s block `b` (scale bits, value bytes as the file has them) of
@@ -294,8 +303,14 @@ pub(crate) fn row_into(
     r: usize,
     out: &mut [f32],
 ) {
-    if ty == WeightType::Q6_K {
-        return q6_k::row_into(bytes, rows, per_row, r, out);
+    match ty {
+        WeightType::Q4_K => {
+            return super_blocks::row_into::<q4_k::Q4K>(bytes, rows, per_row, r, out)
+        }
+        WeightType::Q6_K => {
+            return super_blocks::row_into::<q6_k::Q6K>(bytes, rows, per_row, r, out)
+        }
+        _ => {}
     }
     // Block by block, straight into `out`: an embedding lookup per token
     // allocates nothing.
@@ -469,7 +484,28 @@ fn row_major_groups<const N: usize>(
     }
 }
 
+mod q4_k;
 mod q6_k;
+mod super_blocks;
+
+/// `out[i] = row(start + i) . x` over an interleaved Q4_K or Q6_K matrix,
+/// on the calling thread.
+pub(crate) fn k_quant_rows_into(
+    ty: WeightType,
+    bytes: &[u8],
+    rows: usize,
+    per_row: usize,
+    x: &[crate::k_quants::BlockQ8K],
+    start: usize,
+    out: &mut [f32],
+) {
+    match ty {
+        WeightType::Q4_K => {
+            super_blocks::rows_into::<q4_k::Q4K>(bytes, rows, per_row, x, start, out)
+        }
+        _ => super_blocks::rows_into::<q6_k::Q6K>(bytes, rows, per_row, x, start, out),
+    }
+}
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
@@ -632,13 +668,34 @@ mod avx512 {
         mut block: impl FnMut(usize, usize) -> __m512i,
         scales: impl Fn(usize, usize) -> *const u8,
     ) {
+        // SAFETY: the features, by this function's contract.
+        unsafe {
+            accumulate_terms(per_row, out, |g, b| {
+                let sumi = block(g, b);
+                // SAFETY: 32 bytes of scales (this function's contract).
+                let dw = _mm512_cvtph_ps(_mm256_loadu_si256(scales(g, b).cast()));
+                _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(sumi),
+                    _mm512_mul_ps(dw, _mm512_set1_ps(dx(b))),
+                )
+            })
+        }
+    }
+
+    /// [`accumulate`]'s order over any float terms: `term(g, b)` is
+    /// group `g`'s block `b`'s term (lane `r`: row `r`).
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 F.
+    #[target_feature(enable = "avx512f,avx2,f16c")]
+    #[inline]
+    pub(super) unsafe fn accumulate_terms<const N: usize>(
+        per_row: usize,
+        out: [&mut [f32; INTERLEAVED_ROWS]; N],
+        mut term: impl FnMut(usize, usize) -> __m512,
+    ) {
         let body = per_row / LANES * LANES;
-        let mut term = |g: usize, b: usize, dx: __m512| {
-            let sumi = block(g, b);
-            // SAFETY: 32 bytes of scales (this function's contract).
-            let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(scales(g, b).cast()) });
-            _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, dx))
-        };
         // `acc[g][k]`: group `g`'s rows' sums over blocks `b = k mod 8`,
         // as the row-major kernels' lane `k`. The groups advance block by
         // block together: each is its own stream through memory (see
@@ -646,9 +703,8 @@ mod avx512 {
         let mut acc = [[_mm512_setzero_ps(); LANES]; N];
         for first in (0..body).step_by(LANES) {
             for k in 0..LANES {
-                let dx = _mm512_set1_ps(dx(first + k));
                 for (g, acc) in acc.iter_mut().enumerate() {
-                    acc[k] = _mm512_add_ps(acc[k], term(g, first + k, dx));
+                    acc[k] = _mm512_add_ps(acc[k], term(g, first + k));
                 }
             }
         }
@@ -660,9 +716,8 @@ mod avx512 {
             )
         });
         for b in body..per_row {
-            let dx = _mm512_set1_ps(dx(b));
             for (g, sum) in sums.iter_mut().enumerate() {
-                *sum = _mm512_add_ps(*sum, term(g, b, dx));
+                *sum = _mm512_add_ps(*sum, term(g, b));
             }
         }
         for (sum, out) in sums.into_iter().zip(out) {
@@ -693,6 +748,16 @@ mod tests {
                 .iter()
                 .flat_map(|b| block(b.d, &b.qs))
                 .collect(),
+            WeightType::Q4_K => crate::quantize_q4_k(values)
+                .iter()
+                .flat_map(|b| {
+                    let mut v = b.d.to_bits().to_le_bytes().to_vec();
+                    v.extend_from_slice(&b.dmin.to_bits().to_le_bytes());
+                    v.extend_from_slice(&b.scales);
+                    v.extend_from_slice(&b.qs);
+                    v
+                })
+                .collect(),
             _ => crate::quantize_q6_k(values)
                 .iter()
                 .flat_map(|b| {
@@ -709,11 +774,16 @@ mod tests {
     #[test]
     fn interleaved_rows_give_the_row_major_bits_for_any_range() {
         let mut rng = XorShift(0x5eed);
-        for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q6_K] {
+        for ty in [
+            WeightType::Q8_0,
+            WeightType::Q4_0,
+            WeightType::Q4_K,
+            WeightType::Q6_K,
+        ] {
             // Whole groups, a partial last group, fewer rows than a group;
             // blocks per row with and without a tail past the eights; an
             // odd number of groups (the kernels read two at once).
-            let shapes: &[(usize, usize)] = if ty == WeightType::Q6_K {
+            let shapes: &[(usize, usize)] = if ty.block_values() == crate::QK_K {
                 // Super-blocks of 256: a tail past the eights needs nine.
                 if cfg!(miri) {
                     &[(17, 256)]
@@ -801,10 +871,10 @@ mod tests {
             Err(WeightsError::Size { .. })
         ));
         assert!(interleave_rows(q8_0, &mut bytes, 3, 32).is_ok());
-        let err = interleave_rows(WeightType::Q4_K, &mut bytes, 3, 32).unwrap_err();
+        let err = interleave_rows(WeightType::F16, &mut bytes, 3, 32).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "Q4_K rows are not interleaved (Q8_0, Q4_0 and Q6_K are)"
+            "F16 rows are not interleaved (Q8_0, Q4_0, Q4_K and Q6_K are)"
         );
         assert!(Weights::interleaved(WeightType::F32, 1, 1, &[0; 4]).is_err());
     }

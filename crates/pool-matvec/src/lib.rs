@@ -15,7 +15,7 @@
 //!   AVX-512 VNNI, and for Q4_0 full 512-bit registers with VBMI:
 //!   [`quantized_kernel_name`] says which runs, and
 //!   `docs/tuning.md` has the measured table);
-//! - [`interleave_rows`], [`Weights::interleaved`]: Q8_0, Q4_0 and Q6_K
+//! - [`interleave_rows`], [`Weights::interleaved`]: Q8_0, Q4_0, Q4_K and Q6_K
 //!   rows interleaved by sixteen in place, read by AVX-512 VNNI kernels with
 //!   no shuffle per block (where [`interleaving_pays`]), the same bits;
 //! - [`Weights`], [`PreparedInput`]: any GGUF type's rows in place and an

@@ -197,8 +197,8 @@ pub enum WeightsError {
         /// The alignment it needs.
         align: usize,
     },
-    /// Rows of this type are never interleaved (only Q8_0, Q4_0 and Q6_K
-    /// are).
+    /// Rows of this type are never interleaved (only Q8_0, Q4_0, Q4_K and
+    /// Q6_K are).
     NotInterleavable {
         /// The type.
         ty: WeightType,
@@ -227,7 +227,10 @@ impl fmt::Display for WeightsError {
                 write!(f, "{ty} data not aligned to {align} bytes")
             }
             WeightsError::NotInterleavable { ty } => {
-                write!(f, "{ty} rows are not interleaved (Q8_0, Q4_0 and Q6_K are)")
+                write!(
+                    f,
+                    "{ty} rows are not interleaved (Q8_0, Q4_0, Q4_K and Q6_K are)"
+                )
             }
         }
     }
@@ -453,13 +456,10 @@ impl<'a> Weights<'a> {
                     out,
                 );
             }
-            WeightType::Q4_K => {
-                let xq = x.q8k.as_deref().expect("input prepared for Q4_K");
-                k_quants::q4_k_rows(self.blocks(start, end), self.cols / QK_K, xq, out);
-            }
-            WeightType::Q6_K if self.interleaved => {
-                let xq = x.q8k.as_deref().expect("input prepared for Q6_K");
-                crate::interleaved::q6_k_rows_into(
+            WeightType::Q4_K | WeightType::Q6_K if self.interleaved => {
+                let xq = x.q8k.as_deref().expect("input prepared for Q4_K or Q6_K");
+                crate::interleaved::k_quant_rows_into(
+                    self.ty,
                     self.bytes,
                     self.rows,
                     self.cols / QK_K,
@@ -467,6 +467,10 @@ impl<'a> Weights<'a> {
                     start,
                     out,
                 );
+            }
+            WeightType::Q4_K => {
+                let xq = x.q8k.as_deref().expect("input prepared for Q4_K");
+                k_quants::q4_k_rows(self.blocks(start, end), self.cols / QK_K, xq, out);
             }
             WeightType::Q6_K => {
                 let xq = x.q8k.as_deref().expect("input prepared for Q6_K");
@@ -490,7 +494,9 @@ impl<'a> Weights<'a> {
                     *v = h.to_f32();
                 }
             }
-            WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q6_K if self.interleaved => {
+            WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_K | WeightType::Q6_K
+                if self.interleaved =>
+            {
                 crate::interleaved::row_into(
                     self.ty,
                     self.bytes,

@@ -25,8 +25,10 @@
 //! byte `r`), then the rows' f16 `d`.
 
 use crate::k_quants::{dequantize_q6_k_into, q6_k_rows, BlockQ6K, BlockQ8K};
+use crate::WeightType;
 
-use super::{group_bytes, groups_into, INTERLEAVED_ROWS, STREAMS};
+use super::super_blocks::{GroupsFn, SuperBlocks};
+use super::INTERLEAVED_ROWS;
 
 /// Bytes of one row's super-block.
 const BLOCK: usize = std::mem::size_of::<BlockQ6K>();
@@ -63,130 +65,46 @@ fn offsets(per_row: usize, b: usize) -> (usize, usize) {
     (b * BITS, per_row * BITS + b * SCALES)
 }
 
-/// Rearranges whole groups of a row-major Q6_K matrix in place (the tail
-/// rows stay as they are).
-pub(super) fn interleave(bytes: &mut [u8], per_row: usize) {
-    let size = group_bytes(crate::WeightType::Q6_K, per_row);
-    let mut row_major = vec![0u8; size];
-    for group in bytes.chunks_exact_mut(size) {
-        row_major.copy_from_slice(group);
-        for r in 0..INTERLEAVED_ROWS {
-            for b in 0..per_row {
-                let src = &row_major[(r * per_row + b) * BLOCK..][..BLOCK];
-                let (bits, scales) = offsets(per_row, b);
-                // `ql` (128 bytes) then `qh` (64): dword `k` of the row
-                // into lane `r` of its line.
-                for (k, dword) in src[..192].chunks_exact(4).enumerate() {
-                    group[bits + 64 * line_of(k) + 4 * r..][..4].copy_from_slice(dword);
-                }
-                for j in 0..16 {
-                    group[scales + 16 * j + r] = src[192 + j];
-                }
-                group[scales + D + 2 * r..][..2].copy_from_slice(&src[208..210]);
-            }
-        }
-    }
-}
+/// Q6_K's layout (module docs).
+pub(super) struct Q6K;
 
-/// Row `r`'s super-block `b` as the file had it.
-fn row_block(bytes: &[u8], rows: usize, per_row: usize, r: usize, b: usize) -> BlockQ6K {
-    let whole = rows / INTERLEAVED_ROWS * INTERLEAVED_ROWS;
-    let mut raw = [0u8; BLOCK];
-    if r >= whole {
-        raw.copy_from_slice(&bytes[(r * per_row + b) * BLOCK..][..BLOCK]);
-    } else {
-        let (g, lane) = (r / INTERLEAVED_ROWS, r % INTERLEAVED_ROWS);
-        let size = group_bytes(crate::WeightType::Q6_K, per_row);
-        let group = &bytes[g * size..][..size];
+impl SuperBlocks for Q6K {
+    const TY: WeightType = WeightType::Q6_K;
+    type Block = BlockQ6K;
+
+    fn at(per_row: usize, b: usize, i: usize, r: usize) -> usize {
         let (bits, scales) = offsets(per_row, b);
-        for (k, dword) in raw[..192].chunks_exact_mut(4).enumerate() {
-            dword.copy_from_slice(&group[bits + 64 * line_of(k) + 4 * lane..][..4]);
+        match i {
+            // `ql` then `qh`: dword `i / 4` into lane `r` of its line.
+            0..192 => bits + 64 * line_of(i / 4) + 4 * r + i % 4,
+            192..208 => scales + 16 * (i - 192) + r,
+            _ => scales + D + 2 * r + (i - 208),
         }
-        for j in 0..16 {
-            raw[192 + j] = group[scales + 16 * j + lane];
+    }
+
+    fn from_bytes(raw: &[u8]) -> BlockQ6K {
+        BlockQ6K {
+            ql: std::array::from_fn(|i| raw[i]),
+            qh: std::array::from_fn(|i| raw[128 + i]),
+            scales: std::array::from_fn(|i| raw[192 + i] as i8),
+            d: half::f16::from_le_bytes([raw[208], raw[209]]),
         }
-        raw[208..210].copy_from_slice(&group[scales + D + 2 * lane..][..2]);
     }
-    BlockQ6K {
-        ql: std::array::from_fn(|i| raw[i]),
-        qh: std::array::from_fn(|i| raw[128 + i]),
-        scales: std::array::from_fn(|i| raw[192 + i] as i8),
-        d: half::f16::from_le_bytes([raw[208], raw[209]]),
+
+    fn dequantize_into(block: &BlockQ6K, out: &mut [f32]) {
+        dequantize_q6_k_into(std::slice::from_ref(block), out);
     }
-}
 
-/// Rows `first..first + count` as row-major super-blocks.
-fn row_blocks(
-    bytes: &[u8],
-    rows: usize,
-    per_row: usize,
-    first: usize,
-    count: usize,
-) -> Vec<BlockQ6K> {
-    (first..first + count)
-        .flat_map(|r| (0..per_row).map(move |b| row_block(bytes, rows, per_row, r, b)))
-        .collect()
-}
-
-/// Row `r` as f32 values (an embedding lookup), super-block by
-/// super-block: nothing allocated.
-pub(super) fn row_into(bytes: &[u8], rows: usize, per_row: usize, r: usize, out: &mut [f32]) {
-    let values = crate::k_quants::QK_K;
-    for (b, out) in out.chunks_exact_mut(values).take(per_row).enumerate() {
-        let block = row_block(bytes, rows, per_row, r, b);
-        dequantize_q6_k_into(std::slice::from_ref(&block), out);
+    fn rows(blocks: &[BlockQ6K], per_row: usize, x: &[BlockQ8K], out: &mut [f32]) {
+        q6_k_rows(blocks, per_row, x, out);
     }
-}
 
-/// `out[i] = row(start + i) . x` over an interleaved Q6_K matrix, on the
-/// calling thread: each row's bits are the row-major kernels'.
-pub(crate) fn rows_into(
-    bytes: &[u8],
-    rows: usize,
-    per_row: usize,
-    x: &[BlockQ8K],
-    start: usize,
-    out: &mut [f32],
-) {
-    let (one, streams) = (group_kernel::<1>(), group_kernel::<STREAMS>());
-    groups_into(
-        group_bytes(crate::WeightType::Q6_K, per_row),
-        bytes,
-        rows,
-        start,
-        out,
-        |g, out| one(g, per_row, x, out),
-        |g, out| streams(g, per_row, x, out),
-        |from, out| {
-            let n = out.len();
-            q6_k_rows(&row_blocks(bytes, rows, per_row, from, n), per_row, x, out);
-        },
-    );
-}
-
-/// `N` whole groups' rows against `x`, group `k` into `out[k]`.
-type GroupsFn<const N: usize> =
-    fn([&[u8]; N], usize, &[BlockQ8K], [&mut [f32; INTERLEAVED_ROWS]; N]);
-
-/// The VNNI kernel where interleaving pays, else each group put back in
-/// row-major order through the tier's kernel.
-fn group_kernel<const N: usize>() -> GroupsFn<N> {
-    #[cfg(target_arch = "x86_64")]
-    if super::interleaving_pays(crate::WeightType::Q6_K) {
-        return avx512::groups_vnni::<N>;
-    }
-    row_major_groups::<N>
-}
-
-fn row_major_groups<const N: usize>(
-    groups: [&[u8]; N],
-    per_row: usize,
-    x: &[BlockQ8K],
-    out: [&mut [f32; INTERLEAVED_ROWS]; N],
-) {
-    for (group, out) in groups.into_iter().zip(out) {
-        let blocks = row_blocks(group, INTERLEAVED_ROWS, per_row, 0, INTERLEAVED_ROWS);
-        q6_k_rows(&blocks, per_row, x, out);
+    fn kernel<const N: usize>() -> Option<GroupsFn<N>> {
+        #[cfg(target_arch = "x86_64")]
+        if super::interleaving_pays(WeightType::Q6_K) {
+            return Some(avx512::groups_vnni::<N>);
+        }
+        None
     }
 }
 
@@ -194,7 +112,8 @@ fn row_major_groups<const N: usize>(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{offsets, BlockQ8K, BITS, D, INTERLEAVED_ROWS, SCALES, STREAMS};
+    use super::super::STREAMS;
+    use super::{offsets, BlockQ8K, BITS, D, INTERLEAVED_ROWS, SCALES};
     use crate::q8_0::avx2::{prefetch_ahead, Q4_0_L2_AHEAD};
 
     /// Safe entry: only handed out by `group_kernel` where
