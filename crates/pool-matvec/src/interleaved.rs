@@ -42,6 +42,10 @@
 //! blocks in order. On a tier without these kernels a group is put back in
 //! row-major order and the tier's row-major kernel runs.
 
+mod q4_k;
+mod q6_k;
+mod super_blocks;
+
 use crate::q4_0::BlockQ4_0;
 use crate::q8_0::{Activation, BlockQ8_0, QK8_0};
 use crate::weights::WeightsError;
@@ -57,8 +61,9 @@ const SCALE: usize = 2;
 const GROUP_SCALES: usize = INTERLEAVED_ROWS * SCALE;
 
 /// Whether this CPU's kernels read `ty` faster interleaved than
-/// row-major: Q8_0, Q4_0, Q4_K and Q6_K on the AVX-512 tier with VNNI (the tier in
-/// force, so `POOL_SIMD_TIER` lowering it turns interleaving off). A
+/// row-major: Q8_0, Q4_0, Q4_K and Q6_K on the AVX-512 tier with VNNI
+/// (the tier in force, so `POOL_SIMD_TIER` lowering it turns
+/// interleaving off). A
 /// loader interleaves only where this holds; elsewhere the interleaved
 /// layout still computes the same bits, more slowly.
 pub fn interleaving_pays(ty: WeightType) -> bool {
@@ -484,10 +489,6 @@ fn row_major_groups<const N: usize>(
     }
 }
 
-mod q4_k;
-mod q6_k;
-mod super_blocks;
-
 /// `out[i] = row(start + i) . x` over an interleaved Q4_K or Q6_K matrix,
 /// on the calling thread.
 pub(crate) fn k_quant_rows_into(
@@ -859,7 +860,7 @@ mod tests {
     }
 
     #[test]
-    fn only_whole_q8_0_and_q4_0_matrices_are_interleaved() {
+    fn only_whole_matrices_of_the_interleaved_types_are_interleaved() {
         let mut bytes = vec![0u8; 34 * 3];
         let q8_0 = WeightType::Q8_0;
         assert!(matches!(
