@@ -116,8 +116,7 @@ mod avx512 {
     use super::{offsets, BlockQ8K, BITS, D, INTERLEAVED_ROWS, SCALES};
     use crate::q8_0::avx2::{prefetch_ahead, Q4_0_L2_AHEAD};
 
-    /// Safe entry: only handed out by `group_kernel` where
-    /// `interleaving_pays(Q6_K)`.
+    /// Safe entry: only handed out where `interleaving_pays(Q6_K)`.
     pub(super) fn groups_vnni<const N: usize>(
         groups: [&[u8]; N],
         per_row: usize,
