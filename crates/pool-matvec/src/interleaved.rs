@@ -157,7 +157,7 @@ impl GroupLayout {
     }
 }
 
-/// Rearranges `bytes`, a row-major `rows x cols` Q8_0 or Q4_0 matrix
+/// Rearranges `bytes`, a row-major `rows x cols` Q8_0, Q4_0, Q4_K or Q6_K matrix
 /// (GGUF's layout), in place into rows interleaved by sixteen (module
 /// docs). The result is read with [`crate::Weights::interleaved`].
 ///
@@ -187,7 +187,7 @@ impl GroupLayout {
 ///
 /// # Errors
 ///
-/// If `ty` is neither Q8_0 nor Q4_0, `cols` is not whole blocks, or
+/// If `ty` is not Q8_0, Q4_0, Q4_K or Q6_K, `cols` is not whole blocks, or
 /// `bytes` is not `rows` rows of them.
 pub fn interleave_rows(
     ty: WeightType,

@@ -296,14 +296,14 @@ impl<'a> Weights<'a> {
         })
     }
 
-    /// `bytes` as a `rows x cols` Q8_0 or Q4_0 matrix with its rows
+    /// `bytes` as a `rows x cols` Q8_0, Q4_0, Q4_K or Q6_K matrix with its rows
     /// interleaved by sixteen, as [`crate::interleave_rows`] leaves it: the
     /// same values as the row-major matrix it came from, and from
     /// [`Weights::rows_into`] the same bits.
     ///
     /// # Errors
     ///
-    /// If `ty` is neither Q8_0 nor Q4_0, `cols` is not whole blocks, or
+    /// If `ty` is not Q8_0, Q4_0, Q4_K or Q6_K, `cols` is not whole blocks, or
     /// `bytes` is not `rows` rows of them.
     pub fn interleaved(
         ty: WeightType,
