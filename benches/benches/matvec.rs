@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use pool_benches::{rayon_matvec_f32, read_ceiling};
+use pool_benches::{random_k_quant, rayon_matvec_f32, read_ceiling};
 use pool_core::Pool;
 use pool_matvec::decode::XorShift;
 use pool_matvec::{
@@ -159,37 +159,20 @@ fn formats(c: &mut Criterion) {
             b.iter(|| grouped.rows_into(&input, 0, &mut out))
         });
     }
-    // The k-quants' speed does not depend on their values: random bytes,
-    // each super-block's f16 scales set to 1/256 (no infinities or NaN).
     for ty in [WeightType::Q4_K, WeightType::Q6_K] {
-        let row = ty.row_bytes(cols).unwrap();
-        let mut rng = XorShift(5);
-        let mut bytes: Vec<u8> = (0..rows * row).map(|_| rng.next_u64() as u8).collect();
-        // Q4_K's `d` and `dmin` open its block; Q6_K's `d` closes it.
-        let scales_at: &[usize] = match ty {
-            WeightType::Q4_K => &[0, 2],
-            _ => &[208],
-        };
-        for super_block in bytes.chunks_exact_mut(ty.block_bytes()) {
-            for &at in scales_at {
-                super_block[at..at + 2]
-                    .copy_from_slice(&half::f16::from_f32(1.0 / 256.0).to_bits().to_le_bytes());
-            }
-        }
+        let bytes = random_k_quant(ty, rows, cols, &mut XorShift(5));
         let input = PreparedInput::new(&x, [ty]);
         group.throughput(Throughput::Bytes(bytes.len() as u64));
         let plain = Weights::new(ty, rows, cols, &bytes).unwrap();
         group.bench_function(format!("{ty}_row_major"), |b| {
             b.iter(|| plain.rows_into(&input, 0, &mut out))
         });
-        {
-            let mut interleaved = bytes.clone();
-            interleave_rows(ty, &mut interleaved, rows, cols).unwrap();
-            let grouped = Weights::interleaved(ty, rows, cols, &interleaved).unwrap();
-            group.bench_function(format!("{ty}_interleaved"), |b| {
-                b.iter(|| grouped.rows_into(&input, 0, &mut out))
-            });
-        }
+        let mut interleaved = bytes.clone();
+        interleave_rows(ty, &mut interleaved, rows, cols).unwrap();
+        let grouped = Weights::interleaved(ty, rows, cols, &interleaved).unwrap();
+        group.bench_function(format!("{ty}_interleaved"), |b| {
+            b.iter(|| grouped.rows_into(&input, 0, &mut out))
+        });
     }
     group.finish();
 }

@@ -467,3 +467,29 @@ impl DecodeExecutor for RayonExecutor {
         });
     }
 }
+
+/// A `rows x cols` matrix of random `ty` super-blocks (Q4_K or Q6_K) as a
+/// file holds them: the kernels' speed does not depend on the values, so
+/// any bytes, with each super-block's f16 scales set to 1/256 (no
+/// infinities or NaN).
+pub fn random_k_quant(
+    ty: pool_matvec::WeightType,
+    rows: usize,
+    cols: usize,
+    rng: &mut pool_matvec::XorShift,
+) -> Vec<u8> {
+    let row = ty.row_bytes(cols).expect("whole super-blocks");
+    let mut bytes: Vec<u8> = (0..rows * row).map(|_| rng.next_u64() as u8).collect();
+    // Q4_K's `d` and `dmin` open its block; Q6_K's `d` closes it.
+    let scales_at: &[usize] = match ty {
+        pool_matvec::WeightType::Q4_K => &[0, 2],
+        _ => &[ty.block_bytes() - 2],
+    };
+    let scale = half::f16::from_f32(1.0 / 256.0).to_bits().to_le_bytes();
+    for super_block in bytes.chunks_exact_mut(ty.block_bytes()) {
+        for &at in scales_at {
+            super_block[at..at + 2].copy_from_slice(&scale);
+        }
+    }
+    bytes
+}

@@ -25,7 +25,7 @@ pub mod scenarios;
 mod stats;
 
 pub use baselines::{
-    rayon_matvec_f32, rayon_matvec_q4_0, rayon_matvec_q8_0, read_ceiling, read_ceiling_bytes,
-    read_ceiling_bytes_len, PingPong, RayonExecutor, SpinPool,
+    random_k_quant, rayon_matvec_f32, rayon_matvec_q4_0, rayon_matvec_q8_0, read_ceiling,
+    read_ceiling_bytes, read_ceiling_bytes_len, PingPong, RayonExecutor, SpinPool,
 };
 pub use stats::{time_per_iter, Stats};

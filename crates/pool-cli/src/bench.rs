@@ -126,26 +126,6 @@ struct KQuantLine {
     interleaved: Option<InterleavedLine>,
 }
 
-/// Random super-blocks of `ty` for a `rows x cols` matrix: the kernels'
-/// speed does not depend on the values, so any bytes, with each
-/// super-block's f16 scales set to 1/256 (no infinities or NaN).
-fn random_k_quant(ty: WeightType, rows: usize, cols: usize, rng: &mut XorShift) -> Vec<u8> {
-    let row = ty.row_bytes(cols).expect("whole super-blocks");
-    let mut bytes: Vec<u8> = (0..rows * row).map(|_| rng.next_u64() as u8).collect();
-    // Q4_K's `d` and `dmin` open its block; Q6_K's `d` closes it.
-    let scales_at: &[usize] = match ty {
-        WeightType::Q4_K => &[0, 2],
-        _ => &[ty.block_bytes() - 2],
-    };
-    let scale = half::f16::from_f32(1.0 / 256.0).to_bits().to_le_bytes();
-    for super_block in bytes.chunks_exact_mut(ty.block_bytes()) {
-        for &at in scales_at {
-            super_block[at..at + 2].copy_from_slice(&scale);
-        }
-    }
-    bytes
-}
-
 /// `ty`'s line: its matvec on the pool, rayon and one thread, and the
 /// parallel read of the same bytes, in alternating rounds.
 fn k_quant_line(
@@ -156,7 +136,7 @@ fn k_quant_line(
     [rows, cols]: [usize; 2],
     rng: &mut XorShift,
 ) -> KQuantLine {
-    let mut bytes = random_k_quant(ty, rows, cols, rng);
+    let mut bytes = pool_benches::random_k_quant(ty, rows, cols, rng);
     let w = Weights::new(ty, rows, cols, &bytes).expect("whole rows of aligned super-blocks");
     let x: Vec<f32> = (0..cols).map(|_| rng.uniform()).collect();
     let input = PreparedInput::new(&x, [ty]);
