@@ -57,6 +57,28 @@ pub const INTERLEAVED_ROWS: usize = 16;
 /// Bytes of one row's f16 scale.
 const SCALE: usize = 2;
 
+/// How far ahead of the block being read the interleaved kernels
+/// prefetch into L1, and (Q4_0 and the k-quants) into L2, in bytes.
+///
+/// The row-major kernels' distances (`PREFETCH_AHEAD`, 4 KiB into L1)
+/// were set on an AMD host from DRAM, with the L1 prefetch alone. With an
+/// L2 prefetch well ahead, the L1 one only has to cover the L2's latency,
+/// and a shorter one holds fewer of the core's line-fill buffers. Measured
+/// on the Intel Xeon host (2 vCPUs; a probe process alternating the
+/// distances round by round, 40 rounds, medians of the per-round ratios
+/// against the old distances 4096/8192): 84 stories110M-shaped Q4_0
+/// matrices (47.8 MB, from the L3) 1.06-1.07x on one thread and
+/// 1.03-1.05x on two at 2048/16384; from DRAM (250 layers, 1 GB)
+/// 1.055x and 1.033x; Q6_K from DRAM 1.074x and 1.028x; Q8_0 (L2 at
+/// 12288 as before) level, 1.008x and 1.015x. 1024-1536 into L1 read
+/// the same within the noise; 8192 into L2 was the slowest of all.
+#[cfg(target_arch = "x86_64")]
+const L1_AHEAD: usize = 2048;
+
+/// See [`L1_AHEAD`].
+#[cfg(target_arch = "x86_64")]
+const L2_AHEAD: usize = 16384;
+
 /// Bytes of one group block's scales: the sixteen rows' f16 scales.
 const GROUP_SCALES: usize = INTERLEAVED_ROWS * SCALE;
 
@@ -512,9 +534,9 @@ pub(crate) fn k_quant_rows_into(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{Activation, GroupLayout, WeightType, INTERLEAVED_ROWS};
+    use super::{Activation, GroupLayout, WeightType, INTERLEAVED_ROWS, L1_AHEAD, L2_AHEAD};
     use crate::blocks::LANES;
-    use crate::q8_0::avx2::{prefetch_ahead, Q4_0_L2_AHEAD, Q8_0_L2_AHEAD};
+    use crate::q8_0::avx2::{prefetch_at, Q8_0_L2_AHEAD};
 
     /// Safe entry: only handed out by `group_kernel` where
     /// `interleaving_pays(Q8_0)`.
@@ -573,7 +595,7 @@ mod avx512 {
         // references, 6 without the checks; docs/tuning.md).
         let block = |g: usize, b: usize| {
             let at = values[g].wrapping_add(layout.value(b, 0, 0));
-            prefetch_ahead::<Q8_0_L2_AHEAD>(at, INTERLEAVED_ROWS * layout.values);
+            prefetch_at::<L1_AHEAD, Q8_0_L2_AHEAD>(at, INTERLEAVED_ROWS * layout.values);
             // SAFETY: `accumulate` asks for blocks `b < per_row` only, and
             // `x` has `per_row` blocks and sums (asserted).
             let (xs, sum) = unsafe { ((*xq.add(b)).qs.as_ptr().cast::<i32>(), *xsum.add(b)) };
@@ -630,7 +652,7 @@ mod avx512 {
         // Pointers, not indexing: as in `q8_0_group`.
         let block = |g: usize, b: usize| {
             let at = values[g].wrapping_add(layout.value(b, 0, 0));
-            prefetch_ahead::<Q4_0_L2_AHEAD>(at, INTERLEAVED_ROWS * layout.values);
+            prefetch_at::<L1_AHEAD, L2_AHEAD>(at, INTERLEAVED_ROWS * layout.values);
             // SAFETY: as in `q8_0_group`.
             let (xs, sum) = unsafe { ((*xq.add(b)).qs.as_ptr().cast::<i32>(), *xsum.add(b)) };
             // Values are nibbles less 8: the low chain starts at

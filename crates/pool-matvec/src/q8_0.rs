@@ -1162,7 +1162,18 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2")]
     #[inline]
     pub(crate) fn prefetch_ahead<const L2_AHEAD: usize>(at: *const u8, len: usize) {
-        let (l1, l2) = (at.wrapping_add(PREFETCH_AHEAD), at.wrapping_add(L2_AHEAD));
+        prefetch_at::<PREFETCH_AHEAD, L2_AHEAD>(at, len);
+    }
+
+    /// [`prefetch_ahead`] with the L1 distance given too (`L1_AHEAD`
+    /// bytes past `at`).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(crate) fn prefetch_at<const L1_AHEAD: usize, const L2_AHEAD: usize>(
+        at: *const u8,
+        len: usize,
+    ) {
+        let (l1, l2) = (at.wrapping_add(L1_AHEAD), at.wrapping_add(L2_AHEAD));
         let mut line = 0;
         while line < len {
             _mm_prefetch::<_MM_HINT_T0>(l1.wrapping_add(line).cast());

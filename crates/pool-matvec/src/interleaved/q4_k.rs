@@ -89,8 +89,9 @@ impl SuperBlocks for Q4K {
 mod avx512 {
     use std::arch::x86_64::*;
 
+    use super::super::{L1_AHEAD, L2_AHEAD};
     use super::{BlockQ8K, D, DMIN, GROUP_BLOCK, INTERLEAVED_ROWS, SCALES};
-    use crate::q8_0::avx2::{prefetch_ahead, Q4_0_L2_AHEAD};
+    use crate::q8_0::avx2::prefetch_at;
 
     /// Safe entry: only handed out where `interleaving_pays(Q4_K)`.
     pub(super) fn groups_vnni<const N: usize>(
@@ -164,7 +165,7 @@ mod avx512 {
                 let (mut low, mut high) = (_mm512_setzero_si512(), _mm512_setzero_si512());
                 for k in 0..8 {
                     let line = 64 * (8 * c + k);
-                    prefetch_ahead::<Q4_0_L2_AHEAD>(at.wrapping_add(line), 64);
+                    prefetch_at::<L1_AHEAD, L2_AHEAD>(at.wrapping_add(line), 64);
                     // SAFETY: line `8c + k < 32`, inside the super-block.
                     let w = unsafe { _mm512_loadu_si512(at.add(line).cast()) };
                     let lo = _mm512_and_si512(w, nibble);
@@ -180,7 +181,7 @@ mod avx512 {
                 smin = _mm512_add_epi32(smin, _mm512_mullo_epi32(min(j), _mm512_set1_epi32(bsum)));
             }
             // The scales' lines and the `d`s, prefetched with the weights'.
-            prefetch_ahead::<Q4_0_L2_AHEAD>(at.wrapping_add(SCALES), GROUP_BLOCK - SCALES);
+            prefetch_at::<L1_AHEAD, L2_AHEAD>(at.wrapping_add(SCALES), GROUP_BLOCK - SCALES);
             // SAFETY: 32 bytes each of `d` and `dmin`, inside the block.
             let (dw, dmin) = unsafe {
                 (

@@ -113,8 +113,9 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::super::STREAMS;
+    use super::super::{L1_AHEAD, L2_AHEAD};
     use super::{offsets, BlockQ8K, BITS, D, INTERLEAVED_ROWS, SCALES};
-    use crate::q8_0::avx2::{prefetch_ahead, Q4_0_L2_AHEAD};
+    use crate::q8_0::avx2::prefetch_at;
 
     /// Safe entry: only handed out where `interleaving_pays(Q6_K)`.
     pub(super) fn groups_vnni<const N: usize>(
@@ -177,7 +178,7 @@ mod avx512 {
                 _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast());
             }
             let line = |at: usize| {
-                prefetch_ahead::<Q4_0_L2_AHEAD>(bits.wrapping_add(at), 64);
+                prefetch_at::<L1_AHEAD, L2_AHEAD>(bits.wrapping_add(at), 64);
                 // SAFETY: `at + 64 <= BITS`: inside super-block `b`'s
                 // bits, inside the group (asserted).
                 unsafe { _mm512_loadu_si512(bits.add(at).cast()) }
