@@ -60,18 +60,13 @@ const SCALE: usize = 2;
 /// How far ahead of the block being read the interleaved kernels
 /// prefetch into L1, and (Q4_0 and the k-quants) into L2, in bytes.
 ///
-/// The row-major kernels' distances (`PREFETCH_AHEAD`, 4 KiB into L1)
-/// were set on an AMD host from DRAM, with the L1 prefetch alone. With an
-/// L2 prefetch well ahead, the L1 one only has to cover the L2's latency,
-/// and a shorter one holds fewer of the core's line-fill buffers. Measured
-/// on the Intel Xeon host (2 vCPUs; a probe process alternating the
-/// distances round by round, 40 rounds, medians of the per-round ratios
-/// against the old distances 4096/8192): 84 stories110M-shaped Q4_0
-/// matrices (47.8 MB, from the L3) 1.06-1.07x on one thread and
-/// 1.03-1.05x on two at 2048/16384; from DRAM (250 layers, 1 GB)
-/// 1.055x and 1.033x; Q6_K from DRAM 1.074x and 1.028x; Q8_0 (L2 at
-/// 12288 as before) level, 1.008x and 1.015x. 1024-1536 into L1 read
-/// the same within the noise; 8192 into L2 was the slowest of all.
+/// Shorter into L1 than the row-major kernels' `PREFETCH_AHEAD` (4 KiB,
+/// set on an AMD host from DRAM with no L2 prefetch): with an L2 prefetch
+/// well ahead, the L1 one only has to cover the L2's latency, and a
+/// shorter one holds fewer of the core's line-fill buffers. The sweep
+/// behind 2048/16384 (1.03-1.07x on Q4_0 and Q6_K from the L3 and from
+/// DRAM, Q8_0 level) is in docs/tuning.md, "Shorter L1 prefetch, longer
+/// L2 prefetch".
 #[cfg(target_arch = "x86_64")]
 const L1_AHEAD: usize = 2048;
 

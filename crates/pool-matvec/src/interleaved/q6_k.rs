@@ -112,8 +112,7 @@ impl SuperBlocks for Q6K {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::super::STREAMS;
-    use super::super::{L1_AHEAD, L2_AHEAD};
+    use super::super::{L1_AHEAD, L2_AHEAD, STREAMS};
     use super::{offsets, BlockQ8K, BITS, D, INTERLEAVED_ROWS, SCALES};
     use crate::q8_0::avx2::prefetch_at;
 
