@@ -21,7 +21,7 @@
 //!   are bit-identical for every executor and thread count.
 
 use pool_matvec::{
-    add_weighted_rows, dot_fast_rows, InputBuffers, PreparedInput, RowParallel, RowsInto,
+    add_weighted_rows, dot_fast_rows, silu_mul, InputBuffers, PreparedInput, RowParallel, RowsInto,
     RowsIntoFn, WeightType,
 };
 
@@ -307,9 +307,7 @@ impl Model {
                 let u = &mut ups[..g.len()];
                 gate.rows_into(&input, first, g);
                 up.rows_into(&input, first, u);
-                for (g, u) in g.iter_mut().zip(u.iter()) {
-                    *g = *g / (1.0 + (-*g).exp()) * u;
-                }
+                silu_mul(g, u);
             }
         });
         *inputs = input.into_buffers();
