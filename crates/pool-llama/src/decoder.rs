@@ -21,8 +21,8 @@
 //!   are bit-identical for every executor and thread count.
 
 use pool_matvec::{
-    add_weighted_rows, dot_fast_rows, silu_mul, InputBuffers, PreparedInput, RowParallel, RowsInto,
-    RowsIntoFn, WeightType,
+    add_weighted_rows, dot_fast_rows, silu_mul, softmax, InputBuffers, PreparedInput, RowParallel,
+    RowsInto, RowsIntoFn, WeightType,
 };
 
 use crate::model::{MatrixRef, Model};
@@ -390,18 +390,6 @@ fn sum_of_squares(x: &[f32]) -> f32 {
         .remainder()
         .iter()
         .fold(lanes[0], |sum, v| sum + v * v)
-}
-
-fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    for v in x.iter_mut() {
-        *v /= sum;
-    }
 }
 
 fn add(x: &mut [f32], y: &[f32]) {

@@ -1,6 +1,6 @@
-//! The SwiGLU product `silu(g) * u` and the exponential under it, the same
-//! bits on every SIMD tier (and so on every thread count), sixteen values
-//! per instruction on AVX-512.
+//! The SwiGLU product `silu(g) * u`, attention's softmax, and the
+//! exponential under both: the same bits on every SIMD tier (and so on
+//! every thread count), sixteen values per instruction on AVX-512.
 //!
 //! libm's `expf` is scalar: a decode's FFN takes one per hidden value
 //! (24,576 a stories110M token), and in a bias-cancelled in-process A/B
@@ -12,10 +12,10 @@
 //! of `exp` where the result is a normal float). Every step is one IEEE
 //! operation or one fused multiply-add, written the same way for every
 //! tier, so every tier gives the same bits: the portable code uses
-//! `f32::mul_add` (fused on every target) and `round_ties_even`. Arguments
-//! are clamped to `[-87, 88]` first, which keeps `2^n` a normal float and
-//! changes nothing `silu` can show: past the clamp `1 + e^-g` is 1 or
-//! beyond 10^38.
+//! `f32::mul_add` (fused on every target) and `round_ties_even`. Below -87
+//! the result is 0 and above 88 it is `e^88`, which keeps `2^n` a normal
+//! float and changes nothing `silu` or a softmax can show: there `1 + e^-g`
+//! is 1 or beyond 10^38, and a weight below `e^-87` of the largest is 0.
 
 use crate::tier::{simd_tier, SimdTier};
 
@@ -38,8 +38,8 @@ const POLY: [f32; 6] = [
 const LOWEST: f32 = -87.0;
 const HIGHEST: f32 = 88.0;
 
-/// `e^x` as every tier computes it (within 2 ulp of `exp` for `x` in
-/// `[-87, 88]`, the clamp's value outside; NaN gives `e^-87`).
+/// `e^x` as every tier computes it: within 2 ulp of `exp` for `x` in
+/// `[-87, 88]`, 0 below (`-inf` too), `e^88` above; NaN gives `e^-87`.
 ///
 /// ```
 /// let e = pool_matvec::exp_clamped(1.0);
@@ -48,6 +48,7 @@ const HIGHEST: f32 = 88.0;
 pub fn exp_clamped(x: f32) -> f32 {
     // `max` first: a NaN `x` gives `LOWEST`, as `vmaxps` does with the
     // NaN as its first operand (`clamp` would keep the NaN).
+    let below = x < LOWEST;
     #[allow(clippy::manual_clamp)]
     let x = x.max(LOWEST).min(HIGHEST);
     let n = (x * LOG2_E).round_ties_even();
@@ -58,7 +59,12 @@ pub fn exp_clamped(x: f32) -> f32 {
         p = p.mul_add(r, *c);
     }
     let y = p.mul_add(r * r, r) + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    let e = y * f32::from_bits(((n as i32 + 127) as u32) << 23);
+    if below {
+        0.0
+    } else {
+        e
+    }
 }
 
 /// `silu(g) * u = g / (1 + e^-g) * u`, into `g`, with [`exp_clamped`]:
@@ -88,6 +94,56 @@ pub fn silu_mul_on(tier: SimdTier, g: &mut [f32], u: &[f32]) -> Option<()> {
     check(g, u);
     kernel_for(tier)(g, u);
     Some(())
+}
+
+/// Attention's softmax in place, `x_i = e^(x_i - max) / sum`, with
+/// [`exp_clamped`]: the maximum, every exponential (sixteen at once on
+/// AVX-512), their sum in index order, each divided by it: the same bits
+/// on every SIMD tier. A value more than 87 below the maximum (`-inf`, a
+/// masked position) gets 0.
+///
+/// ```
+/// let mut x = [1.0f32, 2.0, f32::NEG_INFINITY];
+/// pool_matvec::softmax(&mut x);
+/// assert!((x[0] + x[1] - 1.0).abs() < 1e-6 && x[1] > x[0] && x[2] == 0.0);
+/// ```
+pub fn softmax(x: &mut [f32]) {
+    softmax_with(simd_tier(), x);
+}
+
+/// [`softmax`] by `tier`'s code path; `None` if this CPU cannot run it
+/// (for tests: every tier gives the same bits).
+pub fn softmax_on(tier: SimdTier, x: &mut [f32]) -> Option<()> {
+    tier.is_available().then(|| softmax_with(tier, x))
+}
+
+fn softmax_with(tier: SimdTier, x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    exp_kernel_for(tier)(x, max);
+    // In index order: one chain, the same on every tier.
+    let sum = x.iter().fold(0.0f32, |sum, v| sum + v);
+    for v in x.iter_mut() {
+        *v /= sum;
+    }
+}
+
+type ExpFn = fn(&mut [f32], f32);
+
+fn exp_kernel_for(tier: SimdTier) -> ExpFn {
+    match tier {
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx512 => x86::exp_avx512,
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx2 => x86::exp_avx2,
+        _ => exp_shifted_portable,
+    }
+}
+
+/// `x_i = e^(x_i - shift)`.
+fn exp_shifted_portable(x: &mut [f32], shift: f32) {
+    for v in x {
+        *v = exp_clamped(*v - shift);
+    }
 }
 
 #[track_caller]
@@ -123,7 +179,9 @@ fn silu_mul_portable(g: &mut [f32], u: &[f32]) {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{silu_mul_portable, HIGHEST, LN2_HI, LN2_LO, LOG2_E, LOWEST, POLY};
+    use super::{
+        exp_shifted_portable, silu_mul_portable, HIGHEST, LN2_HI, LN2_LO, LOG2_E, LOWEST, POLY,
+    };
 
     /// Safe entry: only selected for an available AVX-512 tier.
     pub(super) fn avx512(g: &mut [f32], u: &[f32]) {
@@ -139,6 +197,52 @@ mod x86 {
         unsafe { silu_avx2(g, u) }
     }
 
+    /// Safe entry: as for `avx512`.
+    pub(super) fn exp_avx512(x: &mut [f32], shift: f32) {
+        // SAFETY: as for `avx512`.
+        unsafe { exp_shifted_avx512(x, shift) }
+    }
+
+    /// Safe entry: as for `avx2`.
+    pub(super) fn exp_avx2(x: &mut [f32], shift: f32) {
+        // SAFETY: as for `avx2`.
+        unsafe { exp_shifted_avx2(x, shift) }
+    }
+
+    /// # Safety
+    ///
+    /// AVX-512 F and FMA.
+    #[target_feature(enable = "avx512f,fma")]
+    unsafe fn exp_shifted_avx512(x: &mut [f32], shift: f32) {
+        let body = x.len() / 16 * 16;
+        let p = x.as_mut_ptr();
+        for i in (0..body).step_by(16) {
+            // SAFETY: i + 16 <= body <= x.len().
+            unsafe {
+                let v = _mm512_sub_ps(_mm512_loadu_ps(p.add(i)), _mm512_set1_ps(shift));
+                _mm512_storeu_ps(p.add(i), exp16(v));
+            }
+        }
+        exp_shifted_portable(&mut x[body..], shift);
+    }
+
+    /// # Safety
+    ///
+    /// AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn exp_shifted_avx2(x: &mut [f32], shift: f32) {
+        let body = x.len() / 8 * 8;
+        let p = x.as_mut_ptr();
+        for i in (0..body).step_by(8) {
+            // SAFETY: i + 8 <= body <= x.len().
+            unsafe {
+                let v = _mm256_sub_ps(_mm256_loadu_ps(p.add(i)), _mm256_set1_ps(shift));
+                _mm256_storeu_ps(p.add(i), exp8(v));
+            }
+        }
+        exp_shifted_portable(&mut x[body..], shift);
+    }
+
     /// `exp_clamped` on sixteen lanes, step for step.
     ///
     /// # Safety
@@ -147,6 +251,8 @@ mod x86 {
     #[target_feature(enable = "avx512f,fma")]
     #[inline]
     fn exp16(x: __m512) -> __m512 {
+        // Ordered: false for NaN, as `<` is.
+        let below = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(LOWEST));
         // `vmaxps` returns its second operand when the first is NaN:
         // `f32::max`'s answer.
         let x = _mm512_min_ps(
@@ -168,7 +274,8 @@ mod x86 {
         );
         // `n` is a whole number in -126..=127: the conversion is exact.
         let e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
-        _mm512_mul_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(e)))
+        let e = _mm512_mul_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(e)));
+        _mm512_maskz_mov_ps(!below, e)
     }
 
     /// # Safety
@@ -199,6 +306,7 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     fn exp8(x: __m256) -> __m256 {
+        let below = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(LOWEST));
         let x = _mm256_min_ps(
             _mm256_max_ps(x, _mm256_set1_ps(LOWEST)),
             _mm256_set1_ps(HIGHEST),
@@ -217,7 +325,8 @@ mod x86 {
             _mm256_set1_ps(1.0),
         );
         let e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
-        _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32::<23>(e)))
+        let e = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32::<23>(e)));
+        _mm256_andnot_ps(below, e)
     }
 
     /// # Safety
@@ -277,7 +386,7 @@ mod tests {
     }
 
     #[test]
-    fn every_tier_gives_the_portable_bits() {
+    fn every_tier_gives_the_portable_silu_bits() {
         let g = gates();
         let u: Vec<f32> = (0..g.len()).map(|i| 1.0 + (i % 7) as f32 * 0.25).collect();
         let mut portable = g.clone();
@@ -296,6 +405,42 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn every_tier_gives_the_portable_softmax_bits() {
+        let mut rng = XorShift(3);
+        for len in [0usize, 1, 7, 16, 17, 100, 1024] {
+            for spread in [1.0f32, 30.0, 300.0] {
+                let mut scores: Vec<f32> = (0..len).map(|_| rng.uniform() * spread).collect();
+                if len > 3 {
+                    scores[len / 2] = f32::NEG_INFINITY;
+                }
+                let mut portable = scores.clone();
+                softmax_on(SimdTier::Portable, &mut portable).expect("always available");
+                if len > 0 {
+                    let sum: f32 = portable.iter().sum();
+                    assert!((sum - 1.0).abs() < 1e-5, "{len} scores sum to {sum}");
+                }
+                if len > 3 {
+                    assert_eq!(portable[len / 2], 0.0, "a masked position's weight");
+                }
+                for tier in SimdTier::available() {
+                    let mut out = scores.clone();
+                    softmax_on(tier, &mut out).expect("an available tier");
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&out), bits(&portable), "{tier:?}, {len} scores");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn below_the_range_the_exponential_is_zero() {
+        for x in [-87.5f32, -100.0, -1e30, f32::NEG_INFINITY] {
+            assert_eq!(exp_clamped(x), 0.0, "e^{x}");
+        }
+        assert!(exp_clamped(-87.0) > 0.0);
     }
 
     #[test]

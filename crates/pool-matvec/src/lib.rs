@@ -62,7 +62,7 @@ mod tier;
 mod weighted;
 mod weights;
 
-pub use activation::{exp_clamped, silu_mul, silu_mul_on};
+pub use activation::{exp_clamped, silu_mul, silu_mul_on, softmax, softmax_on};
 pub use each::{for_each_chunk_init, for_each_row};
 pub use exact::{matvec_naive, matvec_rows, matvec_rows2};
 pub use executor::Executor;
