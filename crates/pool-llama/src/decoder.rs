@@ -16,9 +16,11 @@
 //! - Each input vector is quantized once for the matrices that read it
 //!   ([`PreparedInput`]).
 //! - Every matvec has one fixed order of arithmetic for its type, every
-//!   head is computed by one participant in position order, and the
-//!   argmax folds ranges by value then index: the logits and the tokens
-//!   are bit-identical for every executor and thread count.
+//!   head is computed by one participant in position order, SwiGLU and
+//!   the softmax use `pool-matvec`'s exponential (the same bits on every
+//!   SIMD tier), and the argmax folds ranges by value then index: the
+//!   logits and the tokens are bit-identical for every executor and
+//!   thread count.
 
 use pool_matvec::{
     add_weighted_rows, dot_fast_rows, silu_mul, softmax, InputBuffers, PreparedInput, RowParallel,

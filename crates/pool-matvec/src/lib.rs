@@ -21,6 +21,9 @@
 //! - [`Weights`], [`PreparedInput`]: any GGUF type's rows in place and an
 //!   input quantized once for every matrix that reads it, in reused
 //!   [`InputBuffers`] so that a decode token allocates nothing;
+//! - [`silu_mul`], [`softmax`]: SwiGLU and attention's weights on an
+//!   exponential of their own ([`exp_clamped`]), the same bits on every
+//!   tier, sixteen values per instruction on AVX-512;
 //! - [`decode`]: a synthetic decode step to measure all of it;
 //!
 //! ```
