@@ -10,12 +10,15 @@
 //! The exponential is Cephes' `expf`: Cody-Waite reduction by ln 2 in two
 //! parts, then a degree-5 polynomial on the reduced argument (within 2 ulp
 //! of `exp` where the result is a normal float). Every step is one IEEE
-//! operation or one fused multiply-add, written the same way for every
-//! tier, so every tier gives the same bits: the portable code uses
-//! `f32::mul_add` (fused on every target) and `round_ties_even`. Below -87
-//! the result is 0 and above 88 it is `e^88`, which keeps `2^n` a normal
-//! float and changes nothing `silu` or a softmax can show: there `1 + e^-g`
-//! is 1 or beyond 10^38, and a weight below `e^-87` of the largest is 0.
+//! multiply, add or subtract, written the same way for every tier, and no
+//! fused multiply-add: a target without FMA instructions computes
+//! `f32::mul_add` in its C library, and Windows' (under Wine) rounded
+//! twice, which showed as different bits from the AVX2 tier. The nearest
+//! integer is taken by adding and subtracting 1.5 x 2^23, which rounds to
+//! even in IEEE arithmetic with no library call. Below -87 the result is 0
+//! and above 88 it is `e^88`, which keeps `2^n` a normal float and changes
+//! nothing `silu` or a softmax can show: there `1 + e^-g` is 1 or beyond
+//! 10^38, and a weight below `e^-87` of the largest is 0.
 
 use crate::tier::{simd_tier, SimdTier};
 
@@ -34,6 +37,9 @@ const POLY: [f32; 6] = [
     1.666_666_5e-1,
     0.5,
 ];
+/// Added and subtracted, it rounds a float below 2^22 in magnitude to the
+/// nearest integer, ties to even.
+const ROUNDER: f32 = 12_582_912.0;
 /// The clamp: `2^n` stays a normal float (`n` in -126..=127).
 const LOWEST: f32 = -87.0;
 const HIGHEST: f32 = 88.0;
@@ -51,14 +57,14 @@ pub fn exp_clamped(x: f32) -> f32 {
     let below = x < LOWEST;
     #[allow(clippy::manual_clamp)]
     let x = x.max(LOWEST).min(HIGHEST);
-    let n = (x * LOG2_E).round_ties_even();
-    let r = n.mul_add(-LN2_HI, x);
-    let r = n.mul_add(-LN2_LO, r);
+    let n = (x * LOG2_E + ROUNDER) - ROUNDER;
+    let r = x - n * LN2_HI;
+    let r = r - n * LN2_LO;
     let mut p = POLY[0];
     for c in &POLY[1..] {
-        p = p.mul_add(r, *c);
+        p = p * r + c;
     }
-    let y = p.mul_add(r * r, r) + 1.0;
+    let y = (p * (r * r) + r) + 1.0;
     let e = y * f32::from_bits(((n as i32 + 127) as u32) << 23);
     if below {
         0.0
@@ -181,19 +187,20 @@ mod x86 {
 
     use super::{
         exp_shifted_portable, silu_mul_portable, HIGHEST, LN2_HI, LN2_LO, LOG2_E, LOWEST, POLY,
+        ROUNDER,
     };
 
     /// Safe entry: only selected for an available AVX-512 tier.
     pub(super) fn avx512(g: &mut [f32], u: &[f32]) {
         // SAFETY: `kernel_for` hands this out only for an available
-        // `SimdTier::Avx512`, which requires AVX-512 F and FMA.
+        // `SimdTier::Avx512`, which requires AVX-512 F.
         unsafe { silu_avx512(g, u) }
     }
 
     /// Safe entry: only selected for an available AVX2 tier.
     pub(super) fn avx2(g: &mut [f32], u: &[f32]) {
         // SAFETY: `kernel_for` hands this out only for an available
-        // `SimdTier::Avx2` (or wider), which requires AVX2 and FMA.
+        // `SimdTier::Avx2` (or wider), which requires AVX2.
         unsafe { silu_avx2(g, u) }
     }
 
@@ -211,8 +218,8 @@ mod x86 {
 
     /// # Safety
     ///
-    /// AVX-512 F and FMA.
-    #[target_feature(enable = "avx512f,fma")]
+    /// AVX-512 F.
+    #[target_feature(enable = "avx512f")]
     unsafe fn exp_shifted_avx512(x: &mut [f32], shift: f32) {
         let body = x.len() / 16 * 16;
         let p = x.as_mut_ptr();
@@ -228,8 +235,8 @@ mod x86 {
 
     /// # Safety
     ///
-    /// AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
+    /// AVX2.
+    #[target_feature(enable = "avx2")]
     unsafe fn exp_shifted_avx2(x: &mut [f32], shift: f32) {
         let body = x.len() / 8 * 8;
         let p = x.as_mut_ptr();
@@ -247,8 +254,8 @@ mod x86 {
     ///
     /// # Safety
     ///
-    /// AVX-512 F and FMA.
-    #[target_feature(enable = "avx512f,fma")]
+    /// AVX-512 F.
+    #[target_feature(enable = "avx512f")]
     #[inline]
     fn exp16(x: __m512) -> __m512 {
         // Ordered: false for NaN, as `<` is.
@@ -259,17 +266,19 @@ mod x86 {
             _mm512_max_ps(x, _mm512_set1_ps(LOWEST)),
             _mm512_set1_ps(HIGHEST),
         );
-        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-            _mm512_mul_ps(x, _mm512_set1_ps(LOG2_E)),
+        let rounder = _mm512_set1_ps(ROUNDER);
+        let n = _mm512_sub_ps(
+            _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2_E)), rounder),
+            rounder,
         );
-        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), x);
-        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
+        let r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(LN2_HI)));
+        let r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(LN2_LO)));
         let mut p = _mm512_set1_ps(POLY[0]);
         for c in &POLY[1..] {
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*c));
+            p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(*c));
         }
         let y = _mm512_add_ps(
-            _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
+            _mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
             _mm512_set1_ps(1.0),
         );
         // `n` is a whole number in -126..=127: the conversion is exact.
@@ -280,8 +289,8 @@ mod x86 {
 
     /// # Safety
     ///
-    /// AVX-512 F and FMA.
-    #[target_feature(enable = "avx512f,fma")]
+    /// AVX-512 F.
+    #[target_feature(enable = "avx512f")]
     unsafe fn silu_avx512(g: &mut [f32], u: &[f32]) {
         let body = g.len() / 16 * 16;
         let (gp, up) = (g.as_mut_ptr(), u.as_ptr());
@@ -302,8 +311,8 @@ mod x86 {
     ///
     /// # Safety
     ///
-    /// AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
+    /// AVX2.
+    #[target_feature(enable = "avx2")]
     #[inline]
     fn exp8(x: __m256) -> __m256 {
         let below = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(LOWEST));
@@ -311,17 +320,19 @@ mod x86 {
             _mm256_max_ps(x, _mm256_set1_ps(LOWEST)),
             _mm256_set1_ps(HIGHEST),
         );
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-            _mm256_mul_ps(x, _mm256_set1_ps(LOG2_E)),
+        let rounder = _mm256_set1_ps(ROUNDER);
+        let n = _mm256_sub_ps(
+            _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2_E)), rounder),
+            rounder,
         );
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
+        let r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(LN2_HI)));
+        let r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(LN2_LO)));
         let mut p = _mm256_set1_ps(POLY[0]);
         for c in &POLY[1..] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
+            p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(*c));
         }
         let y = _mm256_add_ps(
-            _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
+            _mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r),
             _mm256_set1_ps(1.0),
         );
         let e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
@@ -331,8 +342,8 @@ mod x86 {
 
     /// # Safety
     ///
-    /// AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
+    /// AVX2.
+    #[target_feature(enable = "avx2")]
     unsafe fn silu_avx2(g: &mut [f32], u: &[f32]) {
         let body = g.len() / 8 * 8;
         let (gp, up) = (g.as_mut_ptr(), u.as_ptr());
