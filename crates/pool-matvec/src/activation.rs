@@ -52,9 +52,10 @@ const HIGHEST: f32 = 88.0;
 /// assert!((e - std::f32::consts::E).abs() <= 2.0 * f32::EPSILON * e);
 /// ```
 pub fn exp_clamped(x: f32) -> f32 {
+    // False for NaN, as the vector kernels' ordered compare.
+    let below = x < LOWEST;
     // `max` first: a NaN `x` gives `LOWEST`, as `vmaxps` does with the
     // NaN as its first operand (`clamp` would keep the NaN).
-    let below = x < LOWEST;
     #[allow(clippy::manual_clamp)]
     let x = x.max(LOWEST).min(HIGHEST);
     let n = (x * LOG2_E + ROUNDER) - ROUNDER;
