@@ -178,7 +178,9 @@ fn kernel_for(tier: SimdTier) -> SiluFn {
 
 fn silu_mul_portable(g: &mut [f32], u: &[f32]) {
     for (g, u) in g.iter_mut().zip(u) {
-        *g = *g / (1.0 + exp_clamped(-*g)) * u;
+        // `0 - g`, as the vector kernels negate (`-g` differs only in the
+        // sign of a zero, which the exponential ignores).
+        *g = *g / (1.0 + exp_clamped(0.0 - *g)) * u;
     }
 }
 
