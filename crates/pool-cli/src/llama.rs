@@ -158,6 +158,9 @@ struct DecodeReport {
     /// Invitations of row jobs no worker took up before the caller had
     /// done the work (pool executor only).
     withdrawn: u64,
+    /// Times a worker yielded before a row job's seat, its time slice
+    /// nearly used (pool executor only; `PoolStats::turn_yields`).
+    turn_yields: u64,
     /// CPUs other processes kept busy where this one runs, at the end of
     /// the decode (`pool_core::foreign_cpus`).
     foreign_cpus: f64,
@@ -528,6 +531,7 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         dispatches_per_token: dispatches as f64 / (prompt.len() + steps).max(1) as f64,
         jobs_inline: pool_stats.jobs_inline,
         withdrawn: pool_stats.withdrawn,
+        turn_yields: pool_stats.turn_yields,
         foreign_cpus,
         bytes_per_token,
         kv_cache_bytes_per_token,

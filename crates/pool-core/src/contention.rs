@@ -36,7 +36,9 @@ impl Shared {
     /// The adaptive policy's share for a withdrawable job: the invite cap
     /// and this process's own callers; and when other processes leave no
     /// CPU for a worker (`load.rs`), only the workers still awake, unless
-    /// the job is `long` and the caller is not below normal priority. A
+    /// the job is `long` and either workers end their time slices between
+    /// jobs (`timeslice.rs`, Linux) or the caller is not below normal
+    /// priority. A
     /// worker that has not started is withdrawn, not waited for, so an
     /// awake one costs nothing if it gets no CPU; but waking a parked one
     /// then puts it on a busy CPU, most often the caller's own (with no
@@ -45,8 +47,11 @@ impl Shared {
     /// short token that costs more than it brings. A long job
     /// ([`crate::WORTH_A_WAKE`]) repays it: the worker gets a share of a
     /// busy CPU for the rest of the job. A niced caller's worker gets too
-    /// small a share (nice 10: about a tenth of a CPU). The measurements
-    /// behind each rule: docs/design.md, "Withdrawable invitations".
+    /// small a share (nice 10: about a tenth of a CPU) to repay the joins
+    /// it delays, unless it delays none: a worker that ends its turns
+    /// between jobs only adds its share. The measurements behind each
+    /// rule: docs/design.md, "Withdrawable invitations" and "Yielding at
+    /// the end of a turn".
     #[inline]
     pub(crate) fn fit_optional(
         &self,
@@ -57,7 +62,10 @@ impl Shared {
     ) -> usize {
         let invited = self.fit_to_own_callers(invited, now, inside_any_pool);
         let free = load::fit_to_free_cpus(invited, self.settings.usable_cpus);
-        if free >= invited || (long && !crate::priority::below_normal_priority()) {
+        if free >= invited
+            || (long
+                && (crate::timeslice::WATCHES_TURNS || !crate::priority::below_normal_priority()))
+        {
             return invited;
         }
         // Relaxed: a hint; a worker parking just now is withdrawn anyway.

@@ -51,6 +51,7 @@ mod spinners;
 mod stats;
 mod sync;
 mod tickets;
+mod timeslice;
 mod worker;
 
 pub use builder::PoolBuilder;

@@ -186,7 +186,10 @@ impl Pool {
     /// it: a job of [`WORTH_A_WAKE`](crate::WORTH_A_WAKE) or more wakes a
     /// parked worker even when other processes seem to leave it no CPU,
     /// since a share of a busy CPU for the rest of the job repays the
-    /// wake; a shorter one invites only the workers still awake.
+    /// wake; a shorter one invites only the workers still awake. A caller
+    /// below normal priority (a positive nice value) wakes none, except on
+    /// Linux, where workers end their time slices between jobs and so
+    /// delay no join ("Yielding at the end of a turn" in docs/design.md).
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};

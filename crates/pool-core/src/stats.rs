@@ -39,6 +39,7 @@ pub(crate) struct WorkerCounters {
     pub(crate) parks: Counter,
     pub(crate) spins: Counter,
     pub(crate) panics: Counter,
+    pub(crate) turn_yields: Counter,
     /// The worker's CPU, noted when it yields (`colocation.rs`).
     pub(crate) cpu: crate::colocation::NotedCpu,
 }
@@ -123,6 +124,10 @@ pub struct PoolStats {
     /// Invitations of withdrawable jobs (row jobs) that no worker took up
     /// before the caller finished the work alone (`tickets.rs`).
     pub withdrawn: u64,
+    /// Times a worker gave its CPU away before a row job's seat because
+    /// its time slice was nearly used (under foreign load, on Linux;
+    /// docs/design.md, "Yielding at the end of a turn").
+    pub turn_yields: u64,
 }
 
 impl PoolStats {
@@ -164,6 +169,7 @@ impl PoolStats {
             caller_moves: d(self.caller_moves, earlier.caller_moves),
             jobs_inline: d(self.jobs_inline, earlier.jobs_inline),
             withdrawn: d(self.withdrawn, earlier.withdrawn),
+            turn_yields: d(self.turn_yields, earlier.turn_yields),
         }
     }
 }
@@ -213,6 +219,7 @@ pub(crate) fn snapshot<'a>(
         stats.parks += w.parks.get();
         stats.worker_spins += w.spins.get();
         stats.panics += w.panics.get();
+        stats.turn_yields += w.turn_yields.get();
     }
     stats
 }

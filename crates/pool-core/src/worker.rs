@@ -9,6 +9,7 @@ use crate::policy::WaitState;
 use crate::seeded::SeededBug;
 use crate::sync::{Arc, Ordering};
 use crate::tickets;
+use crate::timeslice::TurnWatch;
 
 /// The worker loop, run until the pool shuts down.
 pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
@@ -24,6 +25,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
     };
     let mut state = WaitState::new();
     let generation = crate::fork::generation();
+    let mut turns = TurnWatch::default();
     loop {
         match wait_for_ticket(&shared, index, seen, &mut state) {
             Wake::Shutdown => {
@@ -32,11 +34,20 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
             }
             Wake::Ticket(ticket, pickup) => {
                 seen = ticket;
-                if tickets::is_withdrawable(ticket) && !shared.take_seat(tickets::seq_of(ticket)) {
-                    // Withdrawn: not ours to run (tickets.rs). Touch
-                    // neither the inbox nor `remaining`.
-                    pickup.record(&shared, &mut state, &slot.counters);
-                    continue;
+                if tickets::is_withdrawable(ticket) {
+                    // A turn nearly used ends here, between jobs, not in a
+                    // grain the caller's join would wait out
+                    // (timeslice.rs); the caller may withdraw the seat
+                    // meanwhile.
+                    if turns.before_seat() {
+                        slot.counters.turn_yields.add(1);
+                    }
+                    if !shared.take_seat(tickets::seq_of(ticket)) {
+                        // Withdrawn: not ours to run (tickets.rs). Touch
+                        // neither the inbox nor `remaining`.
+                        pickup.record(&shared, &mut state, &slot.counters);
+                        continue;
+                    }
                 }
                 // SAFETY: we hold the ticket issued for this inbox's job and
                 // have not decremented `remaining` (invariant 1); the Acquire

@@ -106,6 +106,19 @@ fn one_row_job_beside_busy_cpus(
     })
 }
 
+/// One row job beside busy CPUs invited the parked worker: woken once,
+/// and each participant that took its seat ran once.
+#[cfg(target_os = "linux")]
+fn assert_woke_the_parked_worker(width: usize, grains: usize, s: &pool_core::PoolStats) {
+    assert_eq!(width, 2, "the parked worker was not invited: {s}");
+    assert_eq!(s.unparks, 1, "{s}");
+    assert_eq!(
+        grains as u64,
+        1 + s.worker_jobs(),
+        "the caller and each worker that took its seat ran once: {s}"
+    );
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 #[cfg_attr(miri, ignore = "Miri does not run other processes")]
@@ -128,28 +141,21 @@ fn with_no_cpu_left_by_other_processes_a_long_row_job_still_wakes_a_parked_worke
     // busy CPU for the rest of it (or is withdrawn if it gets none).
     let (width, grains, s) =
         one_row_job_beside_busy_cpus("long_job_no_cpu_left", pool_core::WORTH_A_WAKE * 10, 0);
-    assert_eq!(width, 2, "the parked worker was not invited: {s}");
-    assert_eq!(s.unparks, 1, "{s}");
-    assert_eq!(
-        grains as u64,
-        1 + s.worker_jobs(),
-        "the caller and each worker that took its seat ran once: {s}"
-    );
+    assert_woke_the_parked_worker(width, grains, &s);
 }
 
 #[cfg(target_os = "linux")]
 #[test]
 #[cfg_attr(miri, ignore = "Miri does not run other processes")]
-fn with_no_cpu_left_by_other_processes_a_niced_callers_long_row_job_does_not_wake_a_parked_worker()
-{
-    // At nice 10 beside normal-priority processes a woken worker would get
-    // about a tenth of a CPU: not worth the joins it delays.
+fn with_no_cpu_left_by_other_processes_a_niced_callers_long_row_job_still_wakes_a_parked_worker() {
+    // At nice 10 beside normal-priority processes the worker gets a small
+    // share of its CPU, but on Linux it ends its turns between jobs and
+    // delays no join: its share is all gain (docs/design.md, "Yielding at
+    // the end of a turn"). Elsewhere a niced caller's job runs inline.
     let (width, grains, s) = one_row_job_beside_busy_cpus(
         "niced_long_job_no_cpu_left",
         pool_core::WORTH_A_WAKE * 10,
         10,
     );
-    assert_eq!(grains, 1, "the caller ran it alone");
-    assert_eq!(width, 1, "a parked worker was invited: {s}");
-    assert_eq!(s.unparks, 0, "{s}");
+    assert_woke_the_parked_worker(width, grains, &s);
 }

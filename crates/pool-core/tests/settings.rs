@@ -548,8 +548,11 @@ fn a_caller_that_withdraws_from_a_worker_queued_on_its_own_cpu_moves_it_off() {
         }
         assert!(
             after.caller_moves >= 1,
-            "{} invitations withdrawn from a worker queued on the caller's CPU, and it was never moved off",
-            after.withdrawn
+            "{} invitations withdrawn from a worker queued on the caller's CPU, and it was never \
+             moved off ({beside} of its shares beside the caller, {elsewhere} elsewhere, last on \
+             {last_cpu:?}, {} turn yields)",
+            after.withdrawn,
+            after.turn_yields
         );
     });
 }
