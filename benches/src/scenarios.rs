@@ -732,14 +732,12 @@ fn set_own_nice(nice: i32) -> Result<i32, String> {
     Ok(before)
 }
 
-/// Pins process `pid` to `cpu` (best effort).
+/// Pins process `pid` to `cpu` (best effort: a neighbour left unpinned
+/// still loads the machine, and the setting says what it measured).
 fn pin_process(pid: u32, cpu: usize) {
-    // SAFETY: cpu_set_t is plain old data; all-zero is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is one of this process's CPUs, below the set's size.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    unsafe { libc::sched_setaffinity(pid as i32, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if let Err(e) = pool_topo::pin_thread(pid, &[cpu]) {
+        eprintln!("scenarios: cannot pin neighbour {pid} to CPU {cpu}: {e}");
+    }
 }
 
 /// A copy of this binary decoding with its own pool ([`NEIGHBOUR_ENV`]).

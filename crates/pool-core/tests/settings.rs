@@ -650,21 +650,9 @@ fn last_cpu_of(tid: i32) -> Option<usize> {
 /// Sets thread `tid`'s CPUs.
 #[cfg(target_os = "linux")]
 fn set_affinity(tid: i32, cpus: &[usize]) {
-    // SAFETY: an all-zero `cpu_set_t` is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &cpu in cpus {
-        // SAFETY: `cpu` is one of this process's CPUs, below the set's size.
-        unsafe { libc::CPU_SET(cpu, &mut set) };
+    if let Err(e) = pool_topo::pin_thread(tid as u32, cpus) {
+        panic!("pinning thread {tid} to {cpus:?}: {e}");
     }
-    // SAFETY: a valid set of the size passed, for a thread of this process.
-    let done =
-        unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    assert_eq!(
-        done,
-        0,
-        "sched_setaffinity: {}",
-        std::io::Error::last_os_error()
-    );
 }
 
 /// Two unpinned pools of one worker each, used in turn by one thread on

@@ -261,16 +261,53 @@ pub fn usable_cpus() -> usize {
 /// returned as is (e.g. `EINVAL` for CPUs outside the cgroup's cpuset).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
+    set_affinity(0, cpus, "pin_current_thread")
+}
+
+/// Pins thread `tid` to `cpus`: a kernel thread id (`gettid`), or a process
+/// id, which names that process's main thread only (so a single-threaded
+/// neighbour process moves whole). Errors as [`pin_current_thread`]'s, and
+/// `ESRCH` when no such thread exists.
+///
+/// ```no_run
+/// // Confine a busy child process to CPU 1.
+/// let child = std::process::Command::new("sh")
+///     .args(["-c", "while :; do :; done"])
+///     .spawn()?;
+/// pool_topo::pin_thread(child.id(), &[1])?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn pin_thread(tid: u32, cpus: &[usize]) -> io::Result<()> {
+    let tid = libc::pid_t::try_from(tid).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("pin_thread: thread id {tid} does not fit a pid_t"),
+        )
+    })?;
+    if tid == 0 {
+        // 0 would name the calling thread: a caller's mistake, not a wish.
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "pin_thread: thread id 0 (use pin_current_thread)",
+        ));
+    }
+    set_affinity(tid, cpus, "pin_thread")
+}
+
+/// `sched_setaffinity(tid, cpus)`, `tid` 0 being the calling thread.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn set_affinity(tid: libc::pid_t, cpus: &[usize], what: &str) -> io::Result<()> {
     if cpus.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "pin_current_thread: empty CPU list",
+            format!("{what}: empty CPU list"),
         ));
     }
     if let Some(&cpu) = cpus.iter().find(|&&cpu| cpu >= MASK_BITS) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("pin_current_thread: CPU {cpu} is past the affinity mask's {MASK_BITS} bits"),
+            format!("{what}: CPU {cpu} is past the affinity mask's {MASK_BITS} bits"),
         ));
     }
     // SAFETY: cpu_set_t is plain old data; all-zero is a valid empty set.
@@ -279,8 +316,9 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
         // SAFETY: `cpu < MASK_BITS`, checked above.
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
-    // SAFETY: `set` is a valid cpu_set_t of the size we pass; 0 = this thread.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size we pass; `tid` is a
+    // thread id or 0 (this thread): a wrong one is an error, not UB.
+    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc == 0 {
         Ok(())
     } else {

@@ -41,6 +41,8 @@ mod topology;
 mod two_nodes;
 mod width;
 
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub use affinity::pin_thread;
 pub use affinity::{pin_current_thread, process_affinity_cpus, thread_affinity_cpus, usable_cpus};
 pub use cgroup::{
     cpu_quota, cpu_quota_in, parse_cpu_max, quota_cpus, quota_cpus_in, CgroupVersion, CpuQuota,

@@ -55,6 +55,39 @@ fn pinning_the_current_thread_to_an_allowed_cpu_works_and_bad_cpus_are_refused()
 
 #[test]
 #[cfg(target_os = "linux")]
+fn pinning_another_thread_by_its_id_moves_that_thread_only() {
+    let cpu = *process_affinity_cpus().last().unwrap();
+    let before = pool_topo::thread_affinity_cpus();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tid_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+        go_rx.recv().unwrap();
+        pool_topo::thread_affinity_cpus()
+    });
+    let tid = tid_rx.recv().unwrap();
+    pool_topo::pin_thread(tid, &[cpu]).unwrap();
+    go_tx.send(()).unwrap();
+    assert_eq!(other.join().unwrap(), vec![cpu], "the pinned thread's CPUs");
+    assert_eq!(
+        pool_topo::thread_affinity_cpus(),
+        before,
+        "the caller's own"
+    );
+    assert!(pool_topo::pin_thread(0, &[cpu]).is_err(), "thread id 0");
+    assert!(pool_topo::pin_thread(tid, &[]).is_err(), "no CPUs");
+    assert!(
+        pool_topo::pin_thread(tid, &[1 << 20]).is_err(),
+        "a CPU past the mask"
+    );
+    // Past the kernel's largest pid_max (2^22): no such thread.
+    let e = pool_topo::pin_thread(i32::MAX as u32, &[cpu]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ESRCH), "{e}");
+}
+
+#[test]
+#[cfg(target_os = "linux")]
 fn binding_on_a_single_node_host_does_nothing_and_says_why() {
     let nodes = pool_topo::numa_nodes(std::path::Path::new(pool_topo::SYSFS_NODE_ROOT));
     if nodes.as_ref().map_or(true, |n| n.len() != 1) || std::env::var_os("CMF_NUMA").is_some() {
