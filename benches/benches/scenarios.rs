@@ -26,7 +26,7 @@ fn scenarios(c: &mut Criterion) {
                 continue;
             }
         };
-        for exec in Exec::ALL {
+        for &exec in Exec::of_setting(number) {
             group.bench_function(
                 BenchmarkId::new(format!("s{number:02}"), exec.name()),
                 |b| {

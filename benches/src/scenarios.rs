@@ -110,6 +110,11 @@ pub const NEIGHBOUR_SAMPLE: Duration = Duration::from_millis(120);
 /// The fixed budget measured beside the default policy.
 pub const FIXED_BUDGET: usize = 4000;
 
+/// The setting whose row also measures the longer fixed budgets
+/// ([`Exec::WITH_BUDGETS`]): a busy process on one CPU, where the adaptive
+/// policy must stay within 3 % of the best fixed budget.
+pub const BUDGETS_SETTING: u32 = 7;
+
 /// An executor kind measured in every setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Exec {
@@ -117,6 +122,12 @@ pub enum Exec {
     PoolDefault,
     /// The pool with a fixed spin budget of [`FIXED_BUDGET`].
     PoolFixed,
+    /// The pool with a fixed spin budget of 20,000 (setting
+    /// [`BUDGETS_SETTING`] only).
+    PoolFixed20000,
+    /// The pool with a fixed spin budget of 100,000 (setting
+    /// [`BUDGETS_SETTING`] only).
+    PoolFixed100000,
     /// rayon, the token's loop inside `install`.
     RayonInside,
     /// rayon, entered from outside for every matvec.
@@ -126,7 +137,8 @@ pub enum Exec {
 }
 
 impl Exec {
-    /// Every kind, in table order.
+    /// Every kind measured in every setting, in table order (a prime
+    /// number of them: the matrix's round order needs one).
     pub const ALL: [Exec; 5] = [
         Exec::PoolDefault,
         Exec::PoolFixed,
@@ -135,15 +147,53 @@ impl Exec {
         Exec::Serial,
     ];
 
+    /// [`Exec::ALL`] and the longer fixed budgets (seven, a prime too),
+    /// measured in setting [`BUDGETS_SETTING`].
+    pub const WITH_BUDGETS: [Exec; 7] = [
+        Exec::PoolDefault,
+        Exec::PoolFixed,
+        Exec::RayonInside,
+        Exec::RayonPerMatvec,
+        Exec::Serial,
+        Exec::PoolFixed20000,
+        Exec::PoolFixed100000,
+    ];
+
+    /// The executors measured in setting `number`.
+    pub fn of_setting(number: u32) -> &'static [Exec] {
+        if number == BUDGETS_SETTING {
+            &Exec::WITH_BUDGETS
+        } else {
+            &Exec::ALL
+        }
+    }
+
     /// A short stable name (JSON keys, criterion ids).
     pub fn name(self) -> &'static str {
         match self {
             Exec::PoolDefault => "pool_default",
             Exec::PoolFixed => "pool_fixed_4000",
+            Exec::PoolFixed20000 => "pool_fixed_20000",
+            Exec::PoolFixed100000 => "pool_fixed_100000",
             Exec::RayonInside => "rayon_inside_install",
             Exec::RayonPerMatvec => "rayon_per_matvec",
             Exec::Serial => "serial",
         }
+    }
+
+    /// The fixed spin budget of a pool executor that has one.
+    pub fn fixed_budget(self) -> Option<usize> {
+        match self {
+            Exec::PoolFixed => Some(FIXED_BUDGET),
+            Exec::PoolFixed20000 => Some(20_000),
+            Exec::PoolFixed100000 => Some(100_000),
+            _ => None,
+        }
+    }
+
+    /// Whether this is one of the pool's executors.
+    pub fn is_pool(self) -> bool {
+        self == Exec::PoolDefault || self.fixed_budget().is_some()
     }
 }
 
@@ -439,12 +489,19 @@ impl Scenario {
         let workers = self.workers;
         let number = self.number;
         self.built.entry((exec, copy)).or_insert_with(|| {
-            let policy = match exec {
-                Exec::PoolFixed => SpinPolicy::Fixed(FIXED_BUDGET),
-                _ => SpinPolicy::adaptive(),
-            };
+            let policy = exec
+                .fixed_budget()
+                .map_or_else(SpinPolicy::adaptive, SpinPolicy::Fixed);
             match exec {
-                Exec::PoolDefault | Exec::PoolFixed if number == 18 => {
+                Exec::RayonInside | Exec::RayonPerMatvec => Built::Rayon(
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(workers + 1)
+                        .build()
+                        .expect("build the rayon pool"),
+                ),
+                Exec::Serial => Built::Serial,
+                // The pool's executors, adaptive or with a fixed budget.
+                _ if number == 18 => {
                     // As two decode threads would each build theirs: the
                     // second plan avoids the first pool's CPUs.
                     let width = pool_topo::resolve_cpu_threads(None);
@@ -462,7 +519,7 @@ impl Scenario {
                             .expect("spawn the pool's workers"),
                     )
                 }
-                Exec::PoolDefault | Exec::PoolFixed => {
+                _ => {
                     let mut builder = Pool::builder().workers(workers).spin_policy(policy);
                     if number == 16 || number == 17 {
                         // The user pins both pools' workers the same way:
@@ -487,13 +544,6 @@ impl Scenario {
                     }
                     Built::Pool(builder.build().expect("spawn the pool's workers"))
                 }
-                Exec::RayonInside | Exec::RayonPerMatvec => Built::Rayon(
-                    rayon::ThreadPoolBuilder::new()
-                        .num_threads(workers + 1)
-                        .build()
-                        .expect("build the rayon pool"),
-                ),
-                Exec::Serial => Built::Serial,
             }
         })
     }

@@ -31,6 +31,10 @@ pub(crate) struct SettingRow {
     pool_vs_best_baseline: f64,
     /// The default pool over the best rayon variant.
     pool_vs_rayon: f64,
+    /// The default (adaptive) pool over the best of the fixed spin budgets
+    /// measured in this setting (4000 in every setting; 20,000 and
+    /// 100,000 too in setting 7, a busy process on one CPU).
+    adaptive_vs_best_fixed: f64,
     hot_run_ns: f64,
     unparks_per_dispatch: f64,
     cpu_ms_after_last_token: f64,
@@ -159,7 +163,8 @@ pub(crate) fn measure(
         };
         // Build and warm every executor, then interleave the samples so
         // drift hits all alike.
-        for exec in Exec::ALL {
+        let execs = Exec::of_setting(number);
+        for &exec in execs {
             scenario.time_tokens(exec, work, 1);
         }
         // The order changes from round to round so that each executor
@@ -169,16 +174,16 @@ pub(crate) fn measure(
         // time, and beside three busy processes it paid it back during
         // the next sample: whichever executor ran right after rayon
         // gained 35-40 % (docs/design.md, "Withdrawable invitations").
-        let mut per_exec: Vec<Vec<f64>> = vec![Vec::new(); Exec::ALL.len()];
+        let mut per_exec: Vec<Vec<f64>> = vec![Vec::new(); execs.len()];
         for round in 0..samples {
-            for i in round_order(round, Exec::ALL.len()) {
-                let per_token = scenario.time_tokens(Exec::ALL[i], work, tokens);
+            for i in round_order(round, execs.len()) {
+                let per_token = scenario.time_tokens(execs[i], work, tokens);
                 per_exec[i].push(1.0 / per_token.as_secs_f64());
             }
         }
         let probe = scenario.probe_pool(work, tokens.max(2));
         let throttling = scenario.throttling();
-        let executors: Vec<ExecPoint> = Exec::ALL
+        let executors: Vec<ExecPoint> = execs
             .iter()
             .zip(&per_exec)
             .map(|(exec, s)| {
@@ -190,9 +195,13 @@ pub(crate) fn measure(
                 }
             })
             .collect();
-        let value = |e: Exec| {
-            executors[Exec::ALL.iter().position(|&x| x == e).unwrap()].tokens_per_s_median
-        };
+        let value =
+            |e: Exec| executors[execs.iter().position(|&x| x == e).unwrap()].tokens_per_s_median;
+        let best_fixed = execs
+            .iter()
+            .filter(|e| e.fixed_budget().is_some())
+            .map(|&e| value(e))
+            .fold(0.0, f64::max);
         let pool = value(Exec::PoolDefault);
         let rayon = value(Exec::RayonInside).max(value(Exec::RayonPerMatvec));
         let best = rayon.max(value(Exec::Serial));
@@ -203,6 +212,7 @@ pub(crate) fn measure(
             workers: scenario.workers(),
             pool_vs_best_baseline: pool / best,
             pool_vs_rayon: pool / rayon,
+            adaptive_vs_best_fixed: pool / best_fixed,
             hot_run_ns: probe.hot_run_ns,
             unparks_per_dispatch: probe.unparks_per_dispatch,
             cpu_ms_after_last_token: probe.cpu_ms_after_last_token,
@@ -234,6 +244,7 @@ fn skipped(number: u32, name: &'static str, reason: String) -> SettingRow {
         executors: Vec::new(),
         pool_vs_best_baseline: f64::NAN,
         pool_vs_rayon: f64::NAN,
+        adaptive_vs_best_fixed: f64::NAN,
         hot_run_ns: f64::NAN,
         unparks_per_dispatch: f64::NAN,
         cpu_ms_after_last_token: f64::NAN,
@@ -266,6 +277,14 @@ fn check_goals(rows: &mut [SettingRow]) {
             row.misses.push(format!(
                 "pool {:.2}x rayon (goal >= 1.0)",
                 row.pool_vs_rayon
+            ));
+        }
+        if row.number == pool_benches::scenarios::BUDGETS_SETTING
+            && row.adaptive_vs_best_fixed < 0.97
+        {
+            row.misses.push(format!(
+                "adaptive {:.3}x the best fixed budget (goal >= 0.97)",
+                row.adaptive_vs_best_fixed
             ));
         }
         if let (2 | 3, Some(base)) = (row.number, baseline_hot) {
@@ -304,7 +323,10 @@ pub(crate) fn print(report: &ScenarioReport) {
             println!(" skipped: {reason}");
             continue;
         }
-        for point in &row.executors {
+        let (matrix, budgets) = row
+            .executors
+            .split_at(Exec::ALL.len().min(row.executors.len()));
+        for point in matrix {
             print!(" {:>10.1}", point.tokens_per_s_median);
         }
         println!(
@@ -316,6 +338,17 @@ pub(crate) fn print(report: &ScenarioReport) {
             row.cpu_ms_after_last_token,
             row.foreign_cpus
         );
+        if !budgets.is_empty() {
+            let named: Vec<String> = budgets
+                .iter()
+                .map(|p| format!("{} {:.1}", p.executor, p.tokens_per_s_median))
+                .collect();
+            println!(
+                "     longer fixed budgets: {}; adaptive / best fixed budget {:.3}",
+                named.join(", "),
+                row.adaptive_vs_best_fixed
+            );
+        }
         if let (Some(version), Some(periods)) = (row.cgroup_version, row.throttled_periods) {
             println!("     cgroup {version}: {periods} periods throttled");
         }
@@ -329,6 +362,8 @@ fn short(exec: Exec) -> &'static str {
     match exec {
         Exec::PoolDefault => "pool",
         Exec::PoolFixed => "pool-4000",
+        Exec::PoolFixed20000 => "pool-20000",
+        Exec::PoolFixed100000 => "pool-100000",
         Exec::RayonInside => "rayon-in",
         Exec::RayonPerMatvec => "rayon-out",
         Exec::Serial => "serial",
@@ -359,7 +394,13 @@ mod tests {
 
     #[test]
     fn every_round_runs_each_executor_once_and_each_follows_every_other_equally() {
-        let n = 5;
+        // Five executors in every setting, seven in the budgets setting.
+        for n in [5, 7] {
+            check_round_order(n);
+        }
+    }
+
+    fn check_round_order(n: usize) {
         let mut sequence = Vec::new();
         for round in 0..n - 1 {
             let order: Vec<usize> = round_order(round, n).collect();
@@ -368,7 +409,7 @@ mod tests {
             assert_eq!(
                 sorted,
                 (0..n).collect::<Vec<_>>(),
-                "round {round}: {order:?}"
+                "n {n}, round {round}: {order:?}"
             );
             sequence.extend(order);
         }
@@ -381,7 +422,7 @@ mod tests {
         for (after, counts) in follows.iter().enumerate() {
             for (before, &count) in counts.iter().enumerate() {
                 if before != after {
-                    assert_eq!(count, 1, "{after} after {before}: {follows:?}");
+                    assert_eq!(count, 1, "n {n}: {after} after {before}: {follows:?}");
                 }
             }
         }

@@ -377,12 +377,33 @@ fn bench_scenarios_quick_json_reports_every_setting() {
             continue;
         }
         let execs = s["executors"].as_array().unwrap();
-        assert_eq!(execs.len(), 5, "setting {number}");
+        let names: Vec<&str> = execs
+            .iter()
+            .map(|e| e["executor"].as_str().unwrap())
+            .collect();
+        // Every setting measures the 4000-spin budget; setting 7 (a busy
+        // process on one CPU) the longer fixed budgets too.
+        let mut expected = vec![
+            "pool_default",
+            "pool_fixed_4000",
+            "rayon_inside_install",
+            "rayon_per_matvec",
+            "serial",
+        ];
+        if number == u64::from(pool_benches::scenarios::BUDGETS_SETTING) {
+            expected.extend(["pool_fixed_20000", "pool_fixed_100000"]);
+        }
+        assert_eq!(names, expected, "setting {number}");
         for e in execs {
             let tps = e["tokens_per_s_median"].as_f64().unwrap();
             assert!(tps.is_finite() && tps > 0.0, "setting {number}: {e}");
         }
-        for key in ["pool_vs_best_baseline", "hot_run_ns", "linger_allowance_ms"] {
+        for key in [
+            "pool_vs_best_baseline",
+            "adaptive_vs_best_fixed",
+            "hot_run_ns",
+            "linger_allowance_ms",
+        ] {
             let v = s[key].as_f64().unwrap();
             assert!(v.is_finite() && v > 0.0, "setting {number}: {key} = {v}");
         }
