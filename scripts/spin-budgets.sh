@@ -20,7 +20,12 @@
 # Read it knowing its noise: on the 2-vCPU host of 2026-12-04 the three
 # fixed budgets' medians differed by 2-6 % among themselves in one run,
 # so the best of them sits above any one budget's true figure, and a run
-# of twenty rounds moves by about 3 %. Not run in CI (a model file and a
+# of twenty rounds moves by about 3 %. Each process also starts its pool
+# afresh, and where its worker lands beside the busy process decides much
+# of its speed. The in-process measurement is setting 7 of `pool bench
+# --scenarios`, which interleaves the same budgets sample by sample with
+# one pool per budget (`adaptive_vs_best_fixed`); this script is the view
+# a user gets, one process per run. Not run in CI (a model file and a
 # minute or more).
 set -eu
 

@@ -47,6 +47,9 @@ pub(crate) struct SettingRow {
     foreign_cpus: f64,
     /// Goals this setting misses (empty: all met).
     misses: Vec<String>,
+    /// What makes this setting's figures hard to compare with the rest of
+    /// the run (empty: nothing seen).
+    caveats: Vec<String>,
 }
 
 /// The whole matrix.
@@ -223,10 +226,12 @@ pub(crate) fn measure(
             foreign_cpus: pool_core::foreign_cpus(),
             executors,
             misses: Vec::new(),
+            caveats: Vec::new(),
         });
         drop(scenario);
     }
     check_goals(&mut rows);
+    note_slow_transfers(&mut rows);
     Ok(ScenarioReport {
         model: model_name,
         samples,
@@ -254,6 +259,7 @@ fn skipped(number: u32, name: &'static str, reason: String) -> SettingRow {
         throttled_periods: None,
         foreign_cpus: f64::NAN,
         misses: Vec::new(),
+        caveats: Vec::new(),
     }
 }
 
@@ -299,6 +305,43 @@ fn check_goals(rows: &mut [SettingRow]) {
             row.misses.push(format!(
                 "{:.2} ms CPU after the last token (allowance {:.1} ms)",
                 row.cpu_ms_after_last_token, row.linger_allowance_ms
+            ));
+        }
+    }
+}
+
+/// A hot run this many times the run's fastest means the CPUs' cache-line
+/// transfers were slow while the setting was measured.
+const SLOW_TRANSFERS: f64 = 2.5;
+
+/// Below this a hot run never reached a worker (the job ran inline).
+const INLINE_HOT_RUN_NS: f64 = 60.0;
+
+/// Flags the settings measured while cross-CPU transfers were slow: a
+/// hot empty run [`SLOW_TRANSFERS`] times the run's fastest. On a
+/// virtual machine the host moves the vCPUs between its cores, and on
+/// the 2-vCPU AMD EPYC guest of 2026-12-05 the hot run read 110-150 ns
+/// in some stretches and 405-500 ns in others, pinned or not, with no
+/// other process running; the multi-threaded executors slowed down with
+/// it (docs/benchmarks.md, "Stretches of slow cross-CPU transfers"). Such
+/// a setting's ratios are a different machine's.
+fn note_slow_transfers(rows: &mut [SettingRow]) {
+    let fastest = rows
+        .iter()
+        .filter(|r| r.skipped.is_none() && r.hot_run_ns > INLINE_HOT_RUN_NS)
+        .map(|r| r.hot_run_ns)
+        .fold(f64::INFINITY, f64::min);
+    if !fastest.is_finite() {
+        return;
+    }
+    for row in rows.iter_mut().filter(|r| r.skipped.is_none()) {
+        if row.hot_run_ns > SLOW_TRANSFERS * fastest {
+            row.caveats.push(format!(
+                "hot run {:.0} ns, {:.1}x this run's fastest ({fastest:.0} ns): cross-CPU \
+                 transfers were slow while this setting ran (a vCPU moved on the host?); \
+                 compare it with a rerun",
+                row.hot_run_ns,
+                row.hot_run_ns / fastest
             ));
         }
     }
@@ -355,6 +398,9 @@ pub(crate) fn print(report: &ScenarioReport) {
         for miss in &row.misses {
             println!("     MISSED: {miss}");
         }
+        for caveat in &row.caveats {
+            println!("     NOTE: {caveat}");
+        }
     }
 }
 
@@ -390,7 +436,29 @@ pub(crate) fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::round_order;
+    use super::{note_slow_transfers, round_order, skipped};
+
+    #[test]
+    fn a_setting_whose_hot_run_is_far_above_the_runs_fastest_is_flagged() {
+        let mut rows: Vec<_> = [(1, 120.0), (7, 23.0), (10, 450.0), (11, 290.0)]
+            .into_iter()
+            .map(|(number, hot)| {
+                let mut row = skipped(number, "a setting", String::new());
+                row.skipped = None;
+                row.hot_run_ns = hot;
+                row
+            })
+            .collect();
+        note_slow_transfers(&mut rows);
+        let flagged: Vec<u32> = rows
+            .iter()
+            .filter(|r| !r.caveats.is_empty())
+            .map(|r| r.number)
+            .collect();
+        // Setting 7's 23 ns ran inline: not the fastest transfer.
+        assert_eq!(flagged, [10], "{:?}", rows[2].caveats);
+        assert!(rows[2].caveats[0].contains("3.8x"), "{:?}", rows[2].caveats);
+    }
 
     #[test]
     fn every_round_runs_each_executor_once_and_each_follows_every_other_equally() {

@@ -408,6 +408,7 @@ fn bench_scenarios_quick_json_reports_every_setting() {
             assert!(v.is_finite() && v > 0.0, "setting {number}: {key} = {v}");
         }
         assert!(s["misses"].is_array());
+        assert!(s["caveats"].is_array());
     }
 }
 
