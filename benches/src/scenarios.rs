@@ -190,11 +190,6 @@ impl Exec {
             _ => None,
         }
     }
-
-    /// Whether this is one of the pool's executors.
-    pub fn is_pool(self) -> bool {
-        self == Exec::PoolDefault || self.fixed_budget().is_some()
-    }
 }
 
 /// The decode workload on the *current* rayon pool (call inside

@@ -55,35 +55,6 @@ impl BusyProcesses {
     pub fn pids(&self) -> Vec<u32> {
         self.children.iter().map(Child::id).collect()
     }
-
-    /// Confines them all to `cpu`: a busy neighbour on one CPU. Linux
-    /// only; `Err` names the process that could not be moved.
-    #[cfg(target_os = "linux")]
-    pub fn pin_to(&self, cpu: usize) -> Result<(), String> {
-        for pid in self.pids() {
-            // SAFETY: an all-zero `cpu_set_t` is a valid empty set.
-            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            if cpu >= libc::CPU_SETSIZE as usize {
-                return Err(format!("CPU {cpu} is beyond a cpu_set_t"));
-            }
-            // SAFETY: `cpu` is below the set's size (checked above).
-            unsafe { libc::CPU_SET(cpu, &mut set) };
-            let Ok(pid) = libc::pid_t::try_from(pid) else {
-                return Err(format!("pid {pid} does not fit a pid_t"));
-            };
-            // SAFETY: a valid set of the size passed; `pid` is our child.
-            let done = unsafe {
-                libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set)
-            };
-            if done != 0 {
-                return Err(format!(
-                    "pinning busy process {pid} to CPU {cpu}: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-        }
-        Ok(())
-    }
 }
 
 impl Drop for BusyProcesses {

@@ -24,7 +24,9 @@ fn a_worker_that_shares_its_cpu_with_a_busy_process_yields_between_jobs_near_the
         let worker_cpu = cpus[1];
         stage.set(format!("starting three busy processes on CPU {worker_cpu}"));
         let busy = testkit::BusyProcesses::start(3).expect("busy processes");
-        busy.pin_to(worker_cpu).expect("pin the busy processes");
+        for pid in busy.pids() {
+            pool_topo::pin_thread(pid, &[worker_cpu]).expect("pin a busy process");
+        }
         pool_topo::pin_current_thread(&[cpus[0]]).expect("pin the caller");
         let pool = Pool::builder()
             .workers(1)
