@@ -36,33 +36,43 @@ impl Shared {
     /// The adaptive policy's share for a withdrawable job: the invite cap
     /// and this process's own callers; and when other processes leave no
     /// CPU for a worker (`load.rs`), only the workers still awake, unless
-    /// the job is `long` and either workers end their time slices between
-    /// jobs (`timeslice.rs`, Linux) or the caller is not below normal
-    /// priority. A
-    /// worker that has not started is withdrawn, not waited for, so an
-    /// awake one costs nothing if it gets no CPU; but waking a parked one
-    /// then puts it on a busy CPU, most often the caller's own (with no
-    /// idle CPU the scheduler places a wakee beside its waker), where it
-    /// takes the caller's time and few grains: for the short jobs of a
-    /// short token that costs more than it brings. A long job
-    /// ([`crate::WORTH_A_WAKE`]) repays it: the worker gets a share of a
-    /// busy CPU for the rest of the job. A niced caller's worker gets too
-    /// small a share (nice 10: about a tenth of a CPU) to repay the joins
-    /// it delays, unless it delays none: a worker that ends its turns
-    /// between jobs only adds its share. The measurements behind each
-    /// rule: docs/design.md, "Withdrawable invitations" and "Yielding at
-    /// the end of a turn".
+    /// the job is long ([`crate::WORTH_A_WAKE`]) and either workers end
+    /// their time slices between jobs (`timeslice.rs`, Linux) or the
+    /// caller is not below normal priority, or the wake trials found that
+    /// waking pays (`wake_trials.rs`). A worker that has not started is
+    /// withdrawn, not waited for, so an awake one costs nothing if it gets
+    /// no CPU; but waking a parked one then puts it on a busy CPU, most
+    /// often the caller's own (with no idle CPU the scheduler places a
+    /// wakee beside its waker), where it takes the caller's time and few
+    /// grains: for the short jobs of a short token that costs more than it
+    /// brings, unless the scheduler gives the worker a share of the busy
+    /// process's CPU instead, which the trials find out. A long job repays
+    /// the wake: the worker gets a share of a busy CPU for the rest of the
+    /// job. A niced caller's worker gets too small a share (nice 10: about
+    /// a tenth of a CPU) to repay the joins it delays, unless it delays
+    /// none: a worker that ends its turns between jobs only adds its share.
+    /// The measurements behind each rule: docs/design.md, "Withdrawable
+    /// invitations", "Yielding at the end of a turn" and "Waking by trial".
     #[inline]
     pub(crate) fn fit_optional(
         &self,
         invited: usize,
         now: u64,
         inside_any_pool: bool,
-        long: bool,
+        expected_ns: u64,
     ) -> usize {
         let invited = self.fit_to_own_callers(invited, now, inside_any_pool);
         let free = load::fit_to_free_cpus(invited, self.settings.usable_cpus);
-        if free >= invited
+        if free >= invited {
+            return invited;
+        }
+        // Every job beside foreign load counts in the trials, long or short,
+        // worker parked or not: an epoch's cost covers all its time.
+        let wake = self
+            .wake_trials
+            .wake_parked(now, expected_ns, self.ns_per_tick);
+        let long = expected_ns >= crate::WORTH_A_WAKE.as_nanos() as u64;
+        if wake
             || (long
                 && (crate::timeslice::WATCHES_TURNS || !crate::priority::below_normal_priority()))
         {

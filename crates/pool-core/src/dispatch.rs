@@ -115,9 +115,10 @@ enum Invitation {
     Exact,
     /// Withdrawable (`tickets.rs`): a worker that has not started when
     /// the caller's share ends is not waited for, so other processes' load
-    /// does not shrink the job to none; `long`: the job is expected to
-    /// run long enough to repay waking a parked worker even then.
-    Optional { long: bool },
+    /// does not shrink the job to none; `expected_ns`: the caller's
+    /// estimate of the job's one-thread time (0: none), which decides
+    /// whether waking a parked worker repays even then.
+    Optional { expected_ns: u64 },
 }
 
 /// How the caller's barrier wait went.
@@ -222,6 +223,9 @@ pub(crate) struct Shared {
     pub(crate) seeded_bug: Option<SeededBug>,
     /// The first panic payload caught from a worker during the current job.
     pub(crate) worker_panic: Mutex<Option<Box<dyn Any + Send + 'static>>>,
+    /// Whether waking a parked worker for a short job pays beside foreign
+    /// load (`wake_trials.rs`); touched only under foreign load.
+    pub(crate) wake_trials: crate::wake_trials::WakeTrials,
 }
 
 /// A job's completion count and its open seats (`tickets.rs`).
@@ -429,6 +433,7 @@ impl Shared {
             #[cfg(loom)]
             seeded_bug: None,
             worker_panic: Mutex::new(None),
+            wake_trials: Default::default(),
         };
         shared.settings.set_policy(policy);
         shared
@@ -479,17 +484,18 @@ impl Shared {
     /// As [`Shared::run`] for a job whose participants share its work (a
     /// cursor of grains): workers that have not started when the caller's
     /// share ends are withdrawn, not waited for (`tickets.rs`).
-    /// `long`: expected to run long enough to wake a parked worker for
-    /// beside foreign load (`contention.rs`).
+    /// `expected_ns`: the job's one-thread time as the caller expects it
+    /// (0: unknown), which decides whether a parked worker is woken beside
+    /// foreign load (`contention.rs`).
     pub(crate) fn run_optional(
         &self,
         threads: &[Thread],
         invited: usize,
-        long: bool,
+        expected_ns: u64,
         f: &JobFn<'_>,
     ) {
         let invited = invited.min(crate::tickets::MAX_SEATS);
-        self.run_with(threads, invited, f, Invitation::Optional { long });
+        self.run_with(threads, invited, f, Invitation::Optional { expected_ns });
     }
 
     fn run_with(&self, threads: &[Thread], invited: usize, f: &JobFn<'_>, invitation: Invitation) {
@@ -530,8 +536,8 @@ impl Shared {
         let adaptive = self.settings.linger_ns.load(process::Ordering::Relaxed) != 0;
         let invited = match invitation {
             Invitation::Fitted if adaptive => self.fit_to_free_cpus(invited, now, inside_any),
-            Invitation::Optional { long } if adaptive => {
-                self.fit_optional(invited, now, inside_any, long)
+            Invitation::Optional { expected_ns } if adaptive => {
+                self.fit_optional(invited, now, inside_any, expected_ns)
             }
             _ => invited,
         };

@@ -52,6 +52,7 @@ mod stats;
 mod sync;
 mod tickets;
 mod timeslice;
+mod wake_trials;
 mod worker;
 
 pub use builder::PoolBuilder;

@@ -176,8 +176,7 @@ impl Pool {
     /// ```
     #[inline]
     pub fn run_optional_workers(&self, max_workers: usize, f: impl Fn(usize, usize) + Sync) {
-        self.shared
-            .run_optional(&self.threads, max_workers, false, &f);
+        self.shared.run_optional(&self.threads, max_workers, 0, &f);
     }
 
     /// [`Pool::run_optional_workers`] for a job that takes one thread about
@@ -186,10 +185,12 @@ impl Pool {
     /// it: a job of [`WORTH_A_WAKE`](crate::WORTH_A_WAKE) or more wakes a
     /// parked worker even when other processes seem to leave it no CPU,
     /// since a share of a busy CPU for the rest of the job repays the
-    /// wake; a shorter one invites only the workers still awake. A caller
-    /// below normal priority (a positive nice value) wakes none, except on
-    /// Linux, where workers end their time slices between jobs and so
-    /// delay no join ("Yielding at the end of a turn" in docs/design.md).
+    /// wake; a shorter one invites only the workers still awake, unless
+    /// trials of both ways, timed against `expected`, found that waking
+    /// pays ("Waking by trial" in docs/design.md). A caller below normal
+    /// priority (a positive nice value) wakes none for a long job, except
+    /// on Linux, where workers end their time slices between jobs and so
+    /// delay no join ("Yielding at the end of a turn").
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};
@@ -210,9 +211,12 @@ impl Pool {
         expected: std::time::Duration,
         f: impl Fn(usize, usize) + Sync,
     ) {
-        let long = expected >= crate::WORTH_A_WAKE;
+        // At least 1 ns: 0 means no estimate.
+        let expected_ns = u64::try_from(expected.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
         self.shared
-            .run_optional(&self.threads, max_workers, long, &f);
+            .run_optional(&self.threads, max_workers, expected_ns, &f);
     }
 
     /// The current spin budget: spins before an idle worker parks (for

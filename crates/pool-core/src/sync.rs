@@ -68,15 +68,17 @@ pub(crate) use imp::*;
 /// What stays `std` even under loom: process-wide counters and registries
 /// (loom objects cannot live in a `static`: the spinner budget, the caller
 /// registration, the foreign-load sample, the global pool and the tid
-/// registry), and the `Arc` holding a user's start hook (loom's `Arc` cannot
-/// hold a `dyn`). None of them is part of the protocol's correctness: they
-/// decide how long to spin, or hold a pool, never whether a job is seen.
+/// registry), the `Arc` holding a user's start hook (loom's `Arc` cannot
+/// hold a `dyn`), and the wake trials' lock (`wake_trials.rs`), taken with
+/// `try_lock` only. None of them is part of the protocol's correctness:
+/// they decide how long to spin or whom to invite, or hold a pool, never
+/// whether a job is seen.
 pub(crate) mod process {
     /// Cells handed out as slices (`PhaseOutput`): loom's cells give one
     /// element at a time. Ordered by the barrier, which loom does model.
     pub(crate) use std::cell::UnsafeCell as UnsafeSliceCell;
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-    pub(crate) use std::sync::{Arc, TryLockError};
+    pub(crate) use std::sync::{Arc, Mutex, TryLockError};
     pub(crate) use std::thread::yield_now;
     #[cfg_attr(loom, allow(unused_imports))]
     pub(crate) use std::thread_local;
