@@ -273,7 +273,7 @@ fn check_goals(rows: &mut [SettingRow]) {
     for row in rows.iter_mut().filter(|r| r.skipped.is_none()) {
         if row.pool_vs_best_baseline < 0.95 {
             row.misses.push(format!(
-                "pool {:.2}x the best of rayon and serial (goal >= 0.95)",
+                "pool {:.3}x the best of rayon and serial (goal >= 0.95)",
                 row.pool_vs_best_baseline
             ));
         }
@@ -281,7 +281,7 @@ fn check_goals(rows: &mut [SettingRow]) {
         // 15) and two user-pinned pools in turn (16).
         if matches!(row.number, 1..=3 | 7 | 13..=16) && row.pool_vs_rayon < 1.0 {
             row.misses.push(format!(
-                "pool {:.2}x rayon (goal >= 1.0)",
+                "pool {:.3}x rayon (goal >= 1.0)",
                 row.pool_vs_rayon
             ));
         }
@@ -296,7 +296,7 @@ fn check_goals(rows: &mut [SettingRow]) {
         if let (2 | 3, Some(base)) = (row.number, baseline_hot) {
             if row.hot_run_ns > 1.25 * base {
                 row.misses.push(format!(
-                    "hot run {:.2}x setting 1's (goal <= 1.25)",
+                    "hot run {:.3}x setting 1's (goal <= 1.25)",
                     row.hot_run_ns / base
                 ));
             }
@@ -436,7 +436,7 @@ pub(crate) fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::{note_slow_transfers, round_order, skipped};
+    use super::{check_goals, note_slow_transfers, round_order, skipped};
 
     #[test]
     fn a_setting_whose_hot_run_is_far_above_the_runs_fastest_is_flagged() {
@@ -458,6 +458,19 @@ mod tests {
         // Setting 7's 23 ns ran inline: not the fastest transfer.
         assert_eq!(flagged, [10], "{:?}", rows[2].caveats);
         assert!(rows[2].caveats[0].contains("3.8x"), "{:?}", rows[2].caveats);
+    }
+
+    #[test]
+    fn a_miss_by_less_than_a_rounding_step_reads_as_a_miss() {
+        let mut row = skipped(5, "two callers", String::new());
+        row.skipped = None;
+        (row.pool_vs_best_baseline, row.pool_vs_rayon) = (0.9452, 1.1);
+        let mut rows = [row];
+        check_goals(&mut rows);
+        assert_eq!(
+            rows[0].misses,
+            ["pool 0.945x the best of rayon and serial (goal >= 0.95)"]
+        );
     }
 
     #[test]
