@@ -35,6 +35,11 @@ pub(crate) struct SettingRow {
     /// measured in this setting (4000 in every setting; 20,000 and
     /// 100,000 too in setting 7, a busy process on one CPU).
     adaptive_vs_best_fixed: f64,
+    /// The same with the best budget chosen on the other half of the
+    /// rounds ([`held_out_ratio`]): the best of several noisy medians,
+    /// compared on the samples that chose it, leans against the adaptive
+    /// pool.
+    adaptive_vs_best_fixed_held_out: f64,
     hot_run_ns: f64,
     unparks_per_dispatch: f64,
     cpu_ms_after_last_token: f64,
@@ -63,6 +68,29 @@ pub(crate) struct ScenarioReport {
 
 fn median_tokens_per_s(samples: &[f64]) -> Stats {
     Stats::of(samples.to_vec())
+}
+
+/// `adaptive` over the best of `fixed` (each one sample per round), with
+/// the best chosen on the even rounds and compared on the odd ones, and
+/// the other way round: the geometric mean of the two. Picking the
+/// highest of three medians that each move by up to 10 % and comparing
+/// on the same samples reads a few percent against the adaptive pool
+/// even where every policy decodes alike (the winner's curse); a choice
+/// made on other samples does not.
+fn held_out_ratio(adaptive: &[f64], fixed: &[&[f64]]) -> f64 {
+    let half = |samples: &[f64], parity: usize| {
+        let picked: Vec<f64> = samples.iter().skip(parity).step_by(2).copied().collect();
+        Stats::of(picked).median
+    };
+    let mut product = 1.0;
+    for (choose, compare) in [(0, 1), (1, 0)] {
+        let best = fixed
+            .iter()
+            .max_by(|a, b| half(a, choose).total_cmp(&half(b, choose)))
+            .expect("at least one fixed budget");
+        product *= half(adaptive, compare) / half(best, compare);
+    }
+    product.sqrt()
 }
 
 /// The synthetic decode workload's model and its description.
@@ -205,6 +233,19 @@ pub(crate) fn measure(
             .filter(|e| e.fixed_budget().is_some())
             .map(|&e| value(e))
             .fold(0.0, f64::max);
+        let fixed_samples: Vec<&[f64]> = execs
+            .iter()
+            .zip(&per_exec)
+            .filter(|(e, _)| e.fixed_budget().is_some())
+            .map(|(_, s)| s.as_slice())
+            .collect();
+        let default_samples =
+            &per_exec[execs.iter().position(|&x| x == Exec::PoolDefault).unwrap()];
+        let held_out = if samples >= 2 {
+            held_out_ratio(default_samples, &fixed_samples)
+        } else {
+            f64::NAN
+        };
         let pool = value(Exec::PoolDefault);
         let rayon = value(Exec::RayonInside).max(value(Exec::RayonPerMatvec));
         let best = rayon.max(value(Exec::Serial));
@@ -216,6 +257,7 @@ pub(crate) fn measure(
             pool_vs_best_baseline: pool / best,
             pool_vs_rayon: pool / rayon,
             adaptive_vs_best_fixed: pool / best_fixed,
+            adaptive_vs_best_fixed_held_out: held_out,
             hot_run_ns: probe.hot_run_ns,
             unparks_per_dispatch: probe.unparks_per_dispatch,
             cpu_ms_after_last_token: probe.cpu_ms_after_last_token,
@@ -250,6 +292,7 @@ fn skipped(number: u32, name: &'static str, reason: String) -> SettingRow {
         pool_vs_best_baseline: f64::NAN,
         pool_vs_rayon: f64::NAN,
         adaptive_vs_best_fixed: f64::NAN,
+        adaptive_vs_best_fixed_held_out: f64::NAN,
         hot_run_ns: f64::NAN,
         unparks_per_dispatch: f64::NAN,
         cpu_ms_after_last_token: f64::NAN,
@@ -289,8 +332,9 @@ fn check_goals(rows: &mut [SettingRow]) {
             && row.adaptive_vs_best_fixed < 0.97
         {
             row.misses.push(format!(
-                "adaptive {:.3}x the best fixed budget (goal >= 0.97)",
-                row.adaptive_vs_best_fixed
+                "adaptive {:.3}x the best fixed budget (goal >= 0.97; {:.3}x \
+                 with the best chosen on the other half of the rounds)",
+                row.adaptive_vs_best_fixed, row.adaptive_vs_best_fixed_held_out
             ));
         }
         if let (2 | 3, Some(base)) = (row.number, baseline_hot) {
@@ -387,9 +431,11 @@ pub(crate) fn print(report: &ScenarioReport) {
                 .map(|p| format!("{} {:.1}", p.executor, p.tokens_per_s_median))
                 .collect();
             println!(
-                "     longer fixed budgets: {}; adaptive / best fixed budget {:.3}",
+                "     longer fixed budgets: {}; adaptive / best fixed budget {:.3} \
+                 ({:.3} with the best chosen on the other half of the rounds)",
                 named.join(", "),
-                row.adaptive_vs_best_fixed
+                row.adaptive_vs_best_fixed,
+                row.adaptive_vs_best_fixed_held_out
             );
         }
         if let (Some(version), Some(periods)) = (row.cgroup_version, row.throttled_periods) {
@@ -436,7 +482,7 @@ pub(crate) fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::{check_goals, note_slow_transfers, round_order, skipped};
+    use super::{check_goals, held_out_ratio, note_slow_transfers, round_order, skipped};
 
     #[test]
     fn a_setting_whose_hot_run_is_far_above_the_runs_fastest_is_flagged() {
@@ -471,6 +517,42 @@ mod tests {
             rows[0].misses,
             ["pool 0.945x the best of rayon and serial (goal >= 0.95)"]
         );
+    }
+
+    #[test]
+    fn the_held_out_ratio_does_not_reward_the_luckiest_budget() {
+        // Four policies that decode alike, samples scattered by +-30 %
+        // (a fixed pseudo-random sequence): over many runs the best of
+        // three medians reads the adaptive pool a few percent low, the
+        // held-out choice does not.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut sample = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            70.0 + 60.0 * (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let (mut strict, mut held_out) = (0.0, 0.0);
+        let runs = 400;
+        for _ in 0..runs {
+            let mut draw = || (0..16).map(|_| sample()).collect::<Vec<f64>>();
+            let adaptive = draw();
+            let fixed = [draw(), draw(), draw()];
+            let fixed: Vec<&[f64]> = fixed.iter().map(Vec::as_slice).collect();
+            let best = fixed
+                .iter()
+                .map(|s| pool_benches::Stats::of(s.to_vec()).median)
+                .fold(0.0, f64::max);
+            strict += pool_benches::Stats::of(adaptive.clone()).median / best / runs as f64;
+            held_out += held_out_ratio(&adaptive, &fixed) / runs as f64;
+        }
+        assert!(strict < 0.97, "the best of three: {strict}");
+        assert!((0.99..=1.01).contains(&held_out), "held out: {held_out}");
+        // A budget faster in every round still shows in full.
+        let faster = [110.0; 16];
+        let alike = [100.0; 16];
+        let ratio = held_out_ratio(&alike, &[&alike, &faster]);
+        assert!((ratio - 100.0 / 110.0).abs() < 1e-9, "{ratio}");
     }
 
     #[test]
