@@ -79,9 +79,12 @@ pub(crate) struct Trials {
 }
 
 impl WakeTrials {
-    /// For a short job with a worker left out by other processes' load,
-    /// starting at `now` (`clock::ticks`) and expected to take one thread
-    /// `expected_ns`: whether to wake the parked workers too.
+    /// For a job that other processes' load leaves short of a CPU for a
+    /// worker, starting at `now` (`clock::ticks`) and expected to take one
+    /// thread `expected_ns`: counts it in the running epoch and says
+    /// whether to wake the parked workers too (`contention.rs` asks for
+    /// every such job, long or short, so an epoch's expected time covers
+    /// all its jobs; only a short job's invitation follows the answer).
     #[inline]
     pub(crate) fn wake_parked(&self, now: u64, expected_ns: u64, ns_per_tick: f64) -> bool {
         if expected_ns == 0 {
