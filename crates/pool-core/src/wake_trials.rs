@@ -84,7 +84,7 @@ impl WakeTrials {
     /// thread `expected_ns`: counts it in the running epoch and says
     /// whether to wake the parked workers too (`contention.rs` asks for
     /// every such job, long or short, so an epoch's expected time covers
-    /// all its jobs; only a short job's invitation follows the answer).
+    /// all its jobs).
     #[inline]
     pub(crate) fn wake_parked(&self, now: u64, expected_ns: u64, ns_per_tick: f64) -> bool {
         if expected_ns == 0 {
