@@ -161,6 +161,9 @@ struct DecodeReport {
     /// Times a worker yielded before a row job's seat, its time slice
     /// nearly used (pool executor only; `PoolStats::turn_yields`).
     turn_yields: u64,
+    /// Epochs the wake trials scored, `[awake workers only, parked ones
+    /// woken]` (pool executor only; `PoolStats::wake_trial_epochs`).
+    wake_trial_epochs: [u64; 2],
     /// CPUs other processes kept busy where this one runs, at the end of
     /// the decode (`pool_core::foreign_cpus`).
     foreign_cpus: f64,
@@ -532,6 +535,7 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         jobs_inline: pool_stats.jobs_inline,
         withdrawn: pool_stats.withdrawn,
         turn_yields: pool_stats.turn_yields,
+        wake_trial_epochs: pool_stats.wake_trial_epochs,
         foreign_cpus,
         bytes_per_token,
         kv_cache_bytes_per_token,

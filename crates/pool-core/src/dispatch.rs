@@ -851,11 +851,14 @@ impl Shared {
 
     /// The pool's counters, summed.
     pub(crate) fn stats(&self) -> PoolStats {
-        stats::snapshot(
-            &self.caller_counters,
-            self.slots.iter().map(|slot| &*slot.counters),
-            self.ns_per_tick,
-        )
+        PoolStats {
+            wake_trial_epochs: self.wake_trials.epochs(),
+            ..stats::snapshot(
+                &self.caller_counters,
+                self.slots.iter().map(|slot| &*slot.counters),
+                self.ns_per_tick,
+            )
+        }
     }
 
     /// Records a worker's panic payload if it is the first of this job.

@@ -128,6 +128,11 @@ pub struct PoolStats {
     /// its time slice was nearly used (under foreign load, on Linux;
     /// docs/design.md, "Yielding at the end of a turn").
     pub turn_yields: u64,
+    /// Epochs the wake trials scored beside foreign load: `[awake workers
+    /// only, parked ones woken]` (docs/design.md, "Waking by trial"). Their
+    /// ratio says which way the trials found cheaper: one epoch in 16 goes
+    /// to the other way.
+    pub wake_trial_epochs: [u64; 2],
 }
 
 impl PoolStats {
@@ -170,6 +175,9 @@ impl PoolStats {
             jobs_inline: d(self.jobs_inline, earlier.jobs_inline),
             withdrawn: d(self.withdrawn, earlier.withdrawn),
             turn_yields: d(self.turn_yields, earlier.turn_yields),
+            wake_trial_epochs: std::array::from_fn(|i| {
+                d(self.wake_trial_epochs[i], earlier.wake_trial_epochs[i])
+            }),
         }
     }
 }

@@ -73,6 +73,8 @@ pub(crate) struct Trials {
     cost: [Option<f64>; 2],
     /// Epochs scored.
     scored: u64,
+    /// Epochs scored per arm: `[awake only, waking]`.
+    epochs: [u64; 2],
     /// The test clock's next job.
     #[cfg(test)]
     next: u64,
@@ -99,12 +101,17 @@ impl WakeTrials {
         trials.job(now, expected_ns as f64, ns_per_tick)
     }
 
-    #[cfg(test)]
     fn trials(&self) -> Trials {
         match self.state.lock() {
             Ok(guard) => guard.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
+    }
+
+    /// Epochs scored so far: `[awake workers only, parked ones woken]`
+    /// (`PoolStats::wake_trial_epochs`).
+    pub(crate) fn epochs(&self) -> [u64; 2] {
+        self.trials().epochs
     }
 
     /// The arms' scores: `[awake only, waking]`.
@@ -146,6 +153,7 @@ impl Trials {
             Some(average) => average + WEIGHT * (cost - average),
         });
         self.scored += 1;
+        self.epochs[usize::from(self.waking)] += 1;
     }
 
     /// The next epoch's arm: an arm not yet scored, else the preferred one
@@ -195,6 +203,10 @@ mod tests {
         let woke = run(&mut trials, 80, |waking| if waking { 1.5 } else { 1.8 });
         let [awake, waking] = trials.cost;
         assert!(waking.unwrap() < awake.unwrap());
+        // Every epoch but the last (still running) is scored on its arm.
+        let [awake_epochs, waking_epochs] = trials.epochs;
+        assert_eq!(awake_epochs + waking_epochs, 79);
+        assert!((woke as u64 - 1..=woke as u64).contains(&waking_epochs));
         // All but the explored epochs and the first, which tries awake.
         let explored = 80 / EXPLORE_EVERY as usize;
         assert!(
