@@ -226,8 +226,8 @@ pub(crate) fn measure(
                 }
             })
             .collect();
-        let value =
-            |e: Exec| executors[execs.iter().position(|&x| x == e).unwrap()].tokens_per_s_median;
+        let position = |e: Exec| execs.iter().position(|&x| x == e).unwrap();
+        let value = |e: Exec| executors[position(e)].tokens_per_s_median;
         let best_fixed = execs
             .iter()
             .filter(|e| e.fixed_budget().is_some())
@@ -239,10 +239,8 @@ pub(crate) fn measure(
             .filter(|(e, _)| e.fixed_budget().is_some())
             .map(|(_, s)| s.as_slice())
             .collect();
-        let default_samples =
-            &per_exec[execs.iter().position(|&x| x == Exec::PoolDefault).unwrap()];
         let held_out = if samples >= 2 {
-            held_out_ratio(default_samples, &fixed_samples)
+            held_out_ratio(&per_exec[position(Exec::PoolDefault)], &fixed_samples)
         } else {
             f64::NAN
         };
