@@ -343,6 +343,10 @@ pub struct PoolProbe {
     pub idle_window_ms: f64,
     /// The most CPU that window may take: the linger times the workers.
     pub linger_allowance_ms: f64,
+    /// The epochs the default pool's wake trials scored over the whole
+    /// setting, `[awake only, woken]` (`PoolStats::wake_trial_epochs`):
+    /// zero where no job ran beside foreign load.
+    pub wake_trial_epochs: [u64; 2],
 }
 
 /// A setting, entered. Dropping it leaves the setting.
@@ -640,6 +644,7 @@ impl Scenario {
             unreachable!("the default executor is a pool")
         };
         let before = pool.stats();
+        let wake_trial_epochs = before.wake_trial_epochs;
         work.decode(pool, tokens.max(1));
         let unparks_per_dispatch = pool.stats().since(&before).unparks_per_dispatch();
         let hot_run_ns = crate::time_per_iter(9, 2000, || pool.run(|_, _| {})).median;
@@ -655,6 +660,7 @@ impl Scenario {
             cpu_ms_after_last_token,
             idle_window_ms: window.as_secs_f64() * 1e3,
             linger_allowance_ms: pool_core::DEFAULT_LINGER.as_secs_f64() * 1e3 * workers as f64,
+            wake_trial_epochs,
         }
     }
 }
