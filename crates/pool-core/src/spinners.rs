@@ -133,6 +133,7 @@ pub(crate) fn reset_after_fork() {
         let mine = CALLER
             .try_with(|caller| {
                 caller.active.set(false);
+                caller.last_scan.set((0, 0, 0));
                 caller.recent_slot.get()
             })
             .unwrap_or(NO_SLOT);
@@ -173,6 +174,9 @@ struct CallerRegistration {
     active: std::cell::Cell<bool>,
     /// Index into `RECENT`, or `NO_SLOT`.
     recent_slot: std::cell::Cell<usize>,
+    /// The last scan of `RECENT`: `(ticks, window, callers)`
+    /// ([`recent_callers`] reuses it for [`RESCAN_PER_WINDOW`] of a window).
+    last_scan: std::cell::Cell<(u64, u64, usize)>,
 }
 
 #[cfg(not(loom))]
@@ -193,21 +197,34 @@ crate::sync::process::thread_local! {
         CallerRegistration {
             active: std::cell::Cell::new(false),
             recent_slot: std::cell::Cell::new(NO_SLOT),
+            last_scan: std::cell::Cell::new((0, 0, 0)),
         }
     };
 }
+
+/// A caller rescans the other callers' slots at most this many times per
+/// window, and counts from its last scan in between.
+#[cfg(not(loom))]
+const RESCAN_PER_WINDOW: u64 = 8;
 
 /// Records a dispatch by the calling thread at `now` and returns how many
 /// caller threads dispatched within `window` ticks of it (this one
 /// included). Scans the claimed slots' lines, each written only by its own
 /// caller: with one caller thread, one line that stays in this core's
-/// cache.
+/// cache. With two or more, every line another caller writes is a cache
+/// miss to read, and every read takes this caller's line away from the
+/// core that writes it; so a scan that found another caller is reused for
+/// an eighth of the window ([`reusable_scan`]): a caller that goes is seen
+/// that much later, one that appears at once. Two threads on 2 CPUs, each
+/// with its own pool, running empty jobs that both run inline: 54-76 ns a
+/// job when every job scanned, 26-33 ns with the scans reused.
 #[inline]
 pub(crate) fn recent_callers(now: u64, window: u64) -> usize {
     #[cfg(not(loom))]
     {
-        let mine = CALLER
+        let (mine, reused) = CALLER
             .try_with(|caller| {
+                let reused = reusable_scan(caller.last_scan.get(), now, window);
                 if caller.recent_slot.get() == NO_SLOT {
                     // Claim a free slot (0) with a CAS; none free: untracked.
                     let claimed = RECENT.iter().position(|slot| {
@@ -219,19 +236,24 @@ pub(crate) fn recent_callers(now: u64, window: u64) -> usize {
                     }
                     caller.recent_slot.set(claimed.unwrap_or(NO_SLOT - 1));
                 }
-                caller.recent_slot.get()
+                (caller.recent_slot.get(), reused)
             })
-            .unwrap_or(NO_SLOT);
+            .unwrap_or((NO_SLOT, None));
         if let Some(slot) = RECENT.get(mine) {
             slot.store(now.max(1), Ordering::Relaxed);
+        }
+        if let Some(callers) = reused {
+            return callers;
         }
         // Relaxed: a slot claimed a moment ago by another thread and missed
         // here only delays its count by a dispatch.
         let claimed = RECENT_CLAIMED.load(Ordering::Relaxed).min(RECENT_SLOTS);
-        RECENT[..claimed]
+        let callers = RECENT[..claimed]
             .iter()
             .filter(|slot| busy_within(slot.load(Ordering::Relaxed), now, window))
-            .count()
+            .count();
+        let _ = CALLER.try_with(|caller| caller.last_scan.set((now, window, callers)));
+        callers
     }
     // Callers are not tracked under loom (see the module docs).
     #[cfg(loom)]
@@ -239,6 +261,20 @@ pub(crate) fn recent_callers(now: u64, window: u64) -> usize {
         let _ = (now, window);
         0
     }
+}
+
+/// The count a scan `(ticks, window, callers)` still gives at `now` for
+/// `window`, if it may be reused: only a scan that found other callers,
+/// for [`RESCAN_PER_WINDOW`] of the same window. One that found none is
+/// rescanned at the next dispatch, so a caller that appears is seen at
+/// once: a stale "alone" would invite workers onto the CPU the other
+/// caller runs on, a stale "not alone" only runs a job inline.
+#[cfg(not(loom))]
+#[inline]
+fn reusable_scan(scan: (u64, u64, usize), now: u64, window: u64) -> Option<usize> {
+    let (at, scanned_window, callers) = scan;
+    (callers >= 2 && scanned_window == window && now >= at && now - at < window / RESCAN_PER_WINDOW)
+        .then_some(callers)
 }
 
 /// Whether a recent-caller slot stamped `last` (0: free; `IN_JOB`: in a
@@ -339,6 +375,34 @@ pub fn spinning_workers_high_water() -> usize {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_recent_scan_that_found_another_caller_is_reused() {
+        let window = 8_000;
+        let found_two = (1_000_000, window, 2);
+        assert_eq!(reusable_scan(found_two, 1_000_999, window), Some(2));
+        assert_eq!(
+            reusable_scan(found_two, 1_001_000, window),
+            None,
+            "an eighth of the window later: rescanned"
+        );
+        assert_eq!(
+            reusable_scan(found_two, 999_999, window),
+            None,
+            "a clock behind the scan"
+        );
+        assert_eq!(
+            reusable_scan(found_two, 1_000_001, 2 * window),
+            None,
+            "another window"
+        );
+        assert_eq!(
+            reusable_scan((1_000_000, window, 1), 1_000_001, window),
+            None,
+            "alone: a caller that appears must be seen at once"
+        );
+        assert_eq!(reusable_scan((0, 0, 0), 5, 0), None, "never scanned");
+    }
 
     #[test]
     fn a_caller_stamped_after_the_clock_was_read_counts_as_busy() {
