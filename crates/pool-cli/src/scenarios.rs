@@ -52,6 +52,9 @@ pub(crate) struct SettingRow {
     cpu_ms_after_last_token: f64,
     idle_window_ms: f64,
     linger_allowance_ms: f64,
+    /// Where the default pool's jobs ran over the setting (warm-up and
+    /// samples, every copy of the pool).
+    pool_jobs: PoolJobs,
     /// The epochs the default pool's wake trials scored in this setting,
     /// `[awake only, woken]` (`PoolStats::wake_trial_epochs`).
     wake_trial_epochs: [u64; 2],
@@ -65,6 +68,22 @@ pub(crate) struct SettingRow {
     /// What makes this setting's figures hard to compare with the rest of
     /// the run (empty: nothing seen).
     caveats: Vec<String>,
+}
+
+/// Where the default pool's jobs ran in one setting.
+#[derive(Serialize, Default)]
+pub(crate) struct PoolJobs {
+    /// Jobs handed to workers.
+    dispatched: u64,
+    /// Jobs that asked for workers and ran on the caller alone (the
+    /// adaptive policy found no CPU for a worker).
+    inline: u64,
+    /// Invitations no worker took up before the caller finished alone.
+    withdrawn: u64,
+    /// Parked workers woken.
+    unparks: u64,
+    /// Caller or worker moved off a shared CPU.
+    moves: u64,
 }
 
 /// The whole matrix.
@@ -319,6 +338,14 @@ pub(crate) fn measure(
                 per_exec[i].push(1.0 / per_token.as_secs_f64());
             }
         }
+        let stats = scenario.default_pool_stats();
+        let pool_jobs = PoolJobs {
+            dispatched: stats.dispatches(),
+            inline: stats.jobs_inline,
+            withdrawn: stats.withdrawn,
+            unparks: stats.unparks,
+            moves: stats.caller_moves,
+        };
         let probe = scenario.probe_pool(work, tokens.max(2));
         let throttling = scenario.throttling();
         let executors: Vec<ExecPoint> = execs
@@ -366,6 +393,7 @@ pub(crate) fn measure(
             idle_window_ms: probe.idle_window_ms,
             linger_allowance_ms: probe.linger_allowance_ms,
             wake_trial_epochs: probe.wake_trial_epochs,
+            pool_jobs,
             cgroup_version: throttling.map(|t| t.0),
             throttled_periods: throttling.map(|t| t.1),
             foreign_cpus: pool_core::foreign_cpus(),
@@ -405,6 +433,7 @@ fn skipped(number: u32, name: &'static str, reason: String) -> SettingRow {
         idle_window_ms: f64::NAN,
         linger_allowance_ms: f64::NAN,
         wake_trial_epochs: [0, 0],
+        pool_jobs: PoolJobs::default(),
         cgroup_version: None,
         throttled_periods: None,
         foreign_cpus: f64::NAN,

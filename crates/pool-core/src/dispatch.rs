@@ -542,7 +542,8 @@ impl Shared {
             _ => invited,
         };
         if invited == 0 && asked > 0 && !inside_this {
-            self.caller_counters.inline.add(1);
+            // Outside the turn: callers sharing the pool count at once.
+            self.caller_counters.inline.add_shared(1);
         }
         let nested_here = if self.has_bug(SeededBug::NestingSeesInnermostOnly) {
             ACTIVE_POOLS.with(|active| active.borrow().last() == Some(&id))

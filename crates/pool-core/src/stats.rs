@@ -9,7 +9,8 @@ use std::fmt;
 
 use crate::sync::process::{AtomicU64, Ordering};
 
-/// A single-writer event counter.
+/// An event counter, single-writer ([`Counter::add`]) but for the one
+/// that callers write outside the turn lock ([`Counter::add_shared`]).
 #[derive(Default)]
 pub(crate) struct Counter(AtomicU64);
 
@@ -20,6 +21,13 @@ impl Counter {
     pub(crate) fn add(&self, n: u64) {
         let value = self.0.load(Ordering::Relaxed);
         self.0.store(value.wrapping_add(n), Ordering::Relaxed);
+    }
+
+    /// Adds `n` where several threads may write at once (a read-modify-
+    /// write: a load and a store would lose another writer's count).
+    #[inline]
+    pub(crate) fn add_shared(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
     }
 
     fn get(&self) -> u64 {
@@ -55,6 +63,7 @@ pub(crate) struct CallerCounters {
     pub(crate) wait_histogram: [Counter; 6],
     pub(crate) panics: Counter,
     pub(crate) moves: Counter,
+    /// Written outside the turn lock: `add_shared` only.
     pub(crate) inline: Counter,
     pub(crate) withdrawn: Counter,
 }

@@ -247,6 +247,56 @@ fn callers_that_fill_the_cpus_run_their_adaptive_jobs_inline() {
     });
 }
 
+/// One pool shared by callers that fill the CPUs (setting 6 of the
+/// matrix): every job is counted once, as dispatched or as inline. The
+/// inline count was a single-writer counter written outside the turn
+/// lock, so two callers running jobs inline at once lost each other's
+/// counts: on 2 CPUs this test failed in 5 of 6 runs then (709 to
+/// thousands of 400,000 jobs lost).
+#[test]
+fn callers_sharing_one_pool_count_every_job_once() {
+    watched("shared_pool_counts", |_| {
+        let _turn = one_at_a_time();
+        let limit = pool_core::spinner_limit();
+        if !(2..=8).contains(&limit) {
+            eprintln!("needs 2-8 usable CPUs (one caller each): skipping");
+            return;
+        }
+        let pool = Pool::builder()
+            .workers(1)
+            .spin_policy(SpinPolicy::Adaptive {
+                linger: Duration::from_millis(20),
+            })
+            .build()
+            .unwrap();
+        let before = pool.stats();
+        let jobs_per_caller = 200_000;
+        let start = std::sync::Barrier::new(limit);
+        std::thread::scope(|scope| {
+            for _ in 0..limit {
+                let (pool, start) = (&pool, &start);
+                scope.spawn(move || {
+                    start.wait();
+                    for _ in 0..jobs_per_caller {
+                        pool.run(|_, _| {});
+                    }
+                });
+            }
+        });
+        let stats = pool.stats().since(&before);
+        eprintln!(
+            "{} dispatched, {} inline",
+            stats.dispatches(),
+            stats.jobs_inline
+        );
+        assert_eq!(
+            stats.dispatches() + stats.jobs_inline,
+            (limit * jobs_per_caller) as u64,
+            "every job dispatched or inline, counted once: {stats:?}"
+        );
+    });
+}
+
 /// Callers that fill the CPUs, each alternating a job longer than the
 /// linger window (run inline, alone: an engine's 32000-row classifier) and
 /// a short one. A caller inside its long inline job is still busy: before
