@@ -656,16 +656,25 @@ mod tests {
         assert!(rows[2].caveats[0].contains("3.8x"), "{:?}", rows[2].caveats);
     }
 
-    #[test]
-    fn a_miss_by_less_than_a_rounding_step_reads_as_a_miss() {
-        let mut row = skipped(5, "two callers", String::new());
+    /// The goals checked on one measured row of setting `number` with
+    /// these ratios and intervals: its misses.
+    fn misses_of(number: u32, edit: impl FnOnce(&mut super::SettingRow)) -> Vec<String> {
+        let mut row = skipped(number, "a setting", String::new());
         row.skipped = None;
-        (row.pool_vs_best_baseline, row.pool_vs_rayon) = (0.9452, 1.1);
-        row.pool_vs_best_baseline_interval = [0.90, 0.97];
+        edit(&mut row);
         let mut rows = [row];
         check_goals(&mut rows);
+        std::mem::take(&mut rows[0].misses)
+    }
+
+    #[test]
+    fn a_miss_by_less_than_a_rounding_step_reads_as_a_miss() {
+        let misses = misses_of(5, |row| {
+            (row.pool_vs_best_baseline, row.pool_vs_rayon) = (0.9452, 1.1);
+            row.pool_vs_best_baseline_interval = [0.90, 0.97];
+        });
         assert_eq!(
-            rows[0].misses,
+            misses,
             [
                 "pool / best of rayon and serial 0.945x (goal >= 0.95; 90 % interval over the \
                  rounds 0.900-0.970, within this run's noise: rerun)"
@@ -675,17 +684,14 @@ mod tests {
 
     #[test]
     fn a_miss_whose_whole_interval_is_below_the_goal_is_beyond_the_noise() {
-        let mut row = skipped(13, "three busy processes", String::new());
-        row.skipped = None;
-        (row.pool_vs_best_baseline, row.pool_vs_rayon) = (1.02, 0.85);
-        row.pool_vs_rayon_interval = [0.80, 0.91];
-        let mut rows = [row];
-        check_goals(&mut rows);
-        assert_eq!(rows[0].misses.len(), 1, "{:?}", rows[0].misses);
+        let misses = misses_of(13, |row| {
+            (row.pool_vs_best_baseline, row.pool_vs_rayon) = (1.02, 0.85);
+            row.pool_vs_rayon_interval = [0.80, 0.91];
+        });
+        assert_eq!(misses.len(), 1, "{misses:?}");
         assert!(
-            rows[0].misses[0].ends_with("0.800-0.910, beyond this run's noise)"),
-            "{:?}",
-            rows[0].misses
+            misses[0].ends_with("0.800-0.910, beyond this run's noise)"),
+            "{misses:?}"
         );
     }
 
