@@ -450,18 +450,13 @@ impl Scenario {
 
     /// The counters of the default (adaptive) pool so far, summed over
     /// its copies (the two pools of settings 4, 5 and 16-18): where its
-    /// jobs ran (dispatched to workers or inline) and what waking cost.
+    /// jobs ran (dispatched to workers or inline), what waking cost, how
+    /// long its callers waited.
     pub fn default_pool_stats(&self) -> pool_core::PoolStats {
         let mut sum = pool_core::PoolStats::default();
         for ((exec, _), built) in &self.built {
             if let (Exec::PoolDefault, Built::Pool(pool)) = (exec, built) {
-                let stats = pool.stats();
-                sum.dispatches_full += stats.dispatches_full;
-                sum.dispatches_limited += stats.dispatches_limited;
-                sum.jobs_inline += stats.jobs_inline;
-                sum.withdrawn += stats.withdrawn;
-                sum.unparks += stats.unparks;
-                sum.caller_moves += stats.caller_moves;
+                sum = sum.plus(&pool.stats());
             }
         }
         sum

@@ -162,30 +162,46 @@ impl PoolStats {
 
     /// The counts between `earlier` and `self`.
     pub fn since(&self, earlier: &PoolStats) -> PoolStats {
-        let d = |a: u64, b: u64| a.wrapping_sub(b);
+        self.combine(earlier, u64::wrapping_sub)
+    }
+
+    /// The counts of `self` and `other` together: two pools' (or two
+    /// samples') counters as one.
+    ///
+    /// ```
+    /// let a = pool_core::PoolStats { unparks: 2, ..Default::default() };
+    /// let b = pool_core::PoolStats { unparks: 3, ..Default::default() };
+    /// assert_eq!(a.plus(&b).unparks, 5);
+    /// ```
+    pub fn plus(&self, other: &PoolStats) -> PoolStats {
+        self.combine(other, u64::wrapping_add)
+    }
+
+    /// Every counter of `self` and `other` through `op`.
+    fn combine(&self, other: &PoolStats, op: fn(u64, u64) -> u64) -> PoolStats {
         PoolStats {
-            dispatches_full: d(self.dispatches_full, earlier.dispatches_full),
-            dispatches_limited: d(self.dispatches_limited, earlier.dispatches_limited),
-            unparks: d(self.unparks, earlier.unparks),
-            parks: d(self.parks, earlier.parks),
-            jobs_hot: d(self.jobs_hot, earlier.jobs_hot),
-            jobs_after_park: d(self.jobs_after_park, earlier.jobs_after_park),
-            worker_spins: d(self.worker_spins, earlier.worker_spins),
-            caller_spins: d(self.caller_spins, earlier.caller_spins),
-            caller_wait_ns: d(self.caller_wait_ns, earlier.caller_wait_ns),
+            dispatches_full: op(self.dispatches_full, other.dispatches_full),
+            dispatches_limited: op(self.dispatches_limited, other.dispatches_limited),
+            unparks: op(self.unparks, other.unparks),
+            parks: op(self.parks, other.parks),
+            jobs_hot: op(self.jobs_hot, other.jobs_hot),
+            jobs_after_park: op(self.jobs_after_park, other.jobs_after_park),
+            worker_spins: op(self.worker_spins, other.worker_spins),
+            caller_spins: op(self.caller_spins, other.caller_spins),
+            caller_wait_ns: op(self.caller_wait_ns, other.caller_wait_ns),
             caller_wait_histogram: std::array::from_fn(|i| {
-                d(
+                op(
                     self.caller_wait_histogram[i],
-                    earlier.caller_wait_histogram[i],
+                    other.caller_wait_histogram[i],
                 )
             }),
-            panics: d(self.panics, earlier.panics),
-            caller_moves: d(self.caller_moves, earlier.caller_moves),
-            jobs_inline: d(self.jobs_inline, earlier.jobs_inline),
-            withdrawn: d(self.withdrawn, earlier.withdrawn),
-            turn_yields: d(self.turn_yields, earlier.turn_yields),
+            panics: op(self.panics, other.panics),
+            caller_moves: op(self.caller_moves, other.caller_moves),
+            jobs_inline: op(self.jobs_inline, other.jobs_inline),
+            withdrawn: op(self.withdrawn, other.withdrawn),
+            turn_yields: op(self.turn_yields, other.turn_yields),
             wake_trial_epochs: std::array::from_fn(|i| {
-                d(self.wake_trial_epochs[i], earlier.wake_trial_epochs[i])
+                op(self.wake_trial_epochs[i], other.wake_trial_epochs[i])
             }),
         }
     }
