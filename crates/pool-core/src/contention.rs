@@ -183,22 +183,32 @@ impl Shared {
         spinners::recent_callers(crate::clock::ticks(), window) >= 2
     }
 
-    /// After a withdrawn invitation, with no foreign load: a worker that
-    /// did not take its seat because it is queued behind this caller on
-    /// the caller's own CPU moves off it, as after a yielded wait. Between
-    /// tokens with idle gaps the two take turns on one CPU (the worker
-    /// parks where the caller ran, and its wake-up is placed beside its
-    /// waker) while the other CPU stands idle, and a caller that withdraws
-    /// never waits, so the yielded-wait check never saw it: on 2 CPUs with
-    /// 20 ms between tokens, the worker ran only while the caller slept and
-    /// the caller did every token alone, 0.74-0.89x the serial loop (its
-    /// own CPU time 12-30 % above the loop's), against 1.05-1.22x with the
-    /// two pinned apart. Under foreign load the other CPU is a busy
-    /// process's, and moving the worker there measured worse
-    /// (docs/design.md, "What else was tried beside a busy process").
+    /// After a withdrawn invitation: a worker that did not take its seat
+    /// because it is queued behind this caller on the caller's own CPU
+    /// moves off it, as after a yielded wait. Between tokens with idle
+    /// gaps the two take turns on one CPU (the worker parks where the
+    /// caller ran, and its wake-up is placed beside its waker) while the
+    /// other CPU stands idle, and a caller that withdraws never waits, so
+    /// the yielded-wait check never saw it: on 2 CPUs with 20 ms between
+    /// tokens, the worker ran only while the caller slept and the caller
+    /// did every token alone, 0.74-0.89x the serial loop (its own CPU time
+    /// 12-30 % above the loop's), against 1.05-1.22x with the two pinned
+    /// apart.
+    ///
+    /// Beside foreign load the other CPU is a busy process's, and there
+    /// the worker gets half of it. Before workers ended their time slices
+    /// between jobs (`timeslice.rs`) the move measured worse: preempted
+    /// inside a grain, the worker held the join for the busy process's
+    /// whole turn. Where they do (Linux), a worker left on the caller's
+    /// CPU only takes the caller's time: beside a busy process on one of
+    /// 2 CPUs the scheduler left it there for whole 120 ms samples, the
+    /// caller preempted 20-36 times a sample and the decode at 0.8-0.95x
+    /// the serial loop, against 1.1-1.25x in the samples where it sat on
+    /// the busy process's CPU (docs/design.md, "Caller and worker on one
+    /// CPU").
     #[cold]
     pub(crate) fn step_off_after_withdrawal(&self, invited: usize) {
-        if load::foreign_cpus() > 0.5 {
+        if !crate::timeslice::WATCHES_TURNS && load::foreign_cpus() > 0.5 {
             return;
         }
         self.step_off_shared_cpu(invited);

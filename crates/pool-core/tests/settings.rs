@@ -520,91 +520,138 @@ fn a_caller_that_finds_its_worker_on_its_own_cpu_moves_one_of_them_off_it() {
 #[test]
 #[cfg(target_os = "linux")]
 fn a_caller_that_withdraws_from_a_worker_queued_on_its_own_cpu_moves_it_off() {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     watched("withdrawn beside its caller", |stage| {
-        let _turn = one_at_a_time();
-        let Some((pool, cpus)) = pool_beside_its_caller(SpinPolicy::adaptive()) else {
-            return;
-        };
-        // The adaptive linger is 2 ms: the worker parks (noting its CPU).
-        stage.set("waiting for the worker to park");
-        pool.run(|_, _| {});
-        std::thread::sleep(Duration::from_millis(50));
-        let worker = pool.worker_tids()[0];
-        let before = pool.stats();
-        let widened = AtomicBool::new(false);
-        // The worker's shares on the caller's CPU and elsewhere: mostly
-        // elsewhere, the kernel, not the pool, split the pair (wake-ups
-        // placed on the idle CPU), and the setting this test needs was not
-        // built.
-        let (shares_beside, shares_elsewhere) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        for job in 0..100 {
-            stage.set(format!("row job {job}"));
-            // A row job's invitation: whoever runs pulls the grains.
-            let grains = std::sync::atomic::AtomicUsize::new(0);
-            pool.run_optional_workers(1, |idx, n| {
-                if !widened.swap(true, Ordering::Relaxed) {
-                    set_affinity(worker, &cpus);
-                }
-                if idx + 1 < n {
-                    // SAFETY: no preconditions; -1 on failure.
-                    let cpu = unsafe { libc::sched_getcpu() };
-                    let beside = usize::try_from(cpu).is_ok_and(|cpu| cpu == cpus[0]);
-                    let count = if beside {
-                        &shares_beside
-                    } else {
-                        &shares_elsewhere
-                    };
-                    count.fetch_add(1, Ordering::Relaxed);
-                }
-                while grains.fetch_add(1, Ordering::Relaxed) < 16 {
-                    busy(Duration::from_micros(2));
-                }
-            });
-            if pool.stats().caller_moves > before.caller_moves {
-                break;
-            }
-        }
-        let after = pool.stats().since(&before);
-        let foreign = pool_core::foreign_cpus();
-        eprintln!(
-            "{} withdrawn, {} caller moves, foreign load {foreign:.2} CPUs",
-            after.withdrawn, after.caller_moves
-        );
-        if after.withdrawn == 0 {
-            eprintln!("the worker took every seat: setting not reached");
-            return;
-        }
-        if foreign > 0.5 {
-            // The other CPU is another process's then, and the worker stays.
-            eprintln!("other processes kept a CPU busy: the move is not made then");
-            return;
-        }
-        let last_cpu = last_cpu_of(worker);
-        let (beside, elsewhere) = (
-            shares_beside.load(Ordering::Relaxed),
-            shares_elsewhere.load(Ordering::Relaxed),
-        );
-        if after.caller_moves == 0
-            && (elsewhere > beside || last_cpu.is_some_and(|cpu| cpu != cpus[0]))
-        {
-            // Seen once under ThreadSanitizer (61 withdrawn, no move): the
-            // worker woke on the idle CPU, too slowly to take its seat,
-            // and was never queued behind the caller.
-            eprintln!(
-                "the kernel kept the worker off the caller's CPU ({elsewhere} shares there, {beside} beside the caller, last on {last_cpu:?}): setting not reached"
-            );
-            return;
-        }
-        assert!(
-            after.caller_moves >= 1,
-            "{} invitations withdrawn from a worker queued on the caller's CPU, and it was never \
-             moved off ({beside} of its shares beside the caller, {elsewhere} elsewhere, last on \
-             {last_cpu:?}, {} turn yields)",
-            after.withdrawn,
-            after.turn_yields
-        );
+        withdrawn_beside_its_caller(stage, false);
     });
+}
+
+/// The same beside a busy process on the other CPU (deployment setting 7):
+/// the worker moves there, where it gets half of that CPU, instead of
+/// staying on its caller's, where it only takes the caller's time. Before
+/// workers ended their time slices between jobs the move was not made
+/// under foreign load; beside a busy process the scheduler then left the
+/// worker on the caller's CPU for whole 120 ms samples (docs/design.md,
+/// "Caller and worker on one CPU").
+#[test]
+#[cfg(target_os = "linux")]
+fn beside_a_busy_process_a_caller_that_withdraws_from_a_worker_on_its_own_cpu_moves_it_off() {
+    watched(
+        "withdrawn beside its caller, a busy process beside both",
+        |stage| {
+            withdrawn_beside_its_caller(stage, true);
+        },
+    );
+}
+
+/// The body of the two tests above: `with_busy_process` puts a busy
+/// process on the CPU the worker should move to.
+#[cfg(target_os = "linux")]
+fn withdrawn_beside_its_caller(stage: &testkit::Stage, with_busy_process: bool) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let _turn = one_at_a_time();
+    let Some((pool, cpus)) = pool_beside_its_caller(SpinPolicy::adaptive()) else {
+        return;
+    };
+    let _busy = if with_busy_process {
+        stage.set("starting a busy process on the other CPU");
+        let busy = testkit::BusyProcesses::start(1).expect("a busy process");
+        for pid in busy.pids() {
+            set_affinity(pid as i32, &cpus[1..2]);
+        }
+        // Dispatches take the foreign-load samples: until one sees it.
+        // Jobs that invite no worker: a worker invited while still pinned
+        // beside its caller cannot be moved, and the failed move clears
+        // the CPU it noted until it next yields or parks.
+        stage.set("waiting for the foreign-load sample to see the busy process");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while pool_core::foreign_cpus() <= 0.5 && std::time::Instant::now() < deadline {
+            pool.run_optional_workers(0, |_, _| {});
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(busy)
+    } else {
+        None
+    };
+    // The adaptive linger is 2 ms: the worker parks (noting its CPU).
+    stage.set("waiting for the worker to park");
+    pool.run(|_, _| {});
+    std::thread::sleep(Duration::from_millis(50));
+    let worker = pool.worker_tids()[0];
+    let before = pool.stats();
+    let widened = AtomicBool::new(false);
+    // The worker's shares on the caller's CPU and elsewhere: mostly
+    // elsewhere, the kernel, not the pool, split the pair (wake-ups
+    // placed on the idle CPU), and the setting this test needs was not
+    // built.
+    let (shares_beside, shares_elsewhere) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let mut foreign_seen: f64 = 0.0;
+    for job in 0..100 {
+        stage.set(format!("row job {job}"));
+        // A row job's invitation: whoever runs pulls the grains. Said to
+        // be long, so that beside foreign load it wakes the parked worker
+        // (`pool_core::WORTH_A_WAKE`); the caller still runs its grains
+        // in ~30 µs and withdraws before a worker queued behind it starts.
+        let grains = std::sync::atomic::AtomicUsize::new(0);
+        pool.run_optional_workers_for(1, Duration::from_micros(500), |idx, n| {
+            if !widened.swap(true, Ordering::Relaxed) {
+                set_affinity(worker, &cpus);
+            }
+            if idx + 1 < n {
+                // SAFETY: no preconditions; -1 on failure.
+                let cpu = unsafe { libc::sched_getcpu() };
+                let beside = usize::try_from(cpu).is_ok_and(|cpu| cpu == cpus[0]);
+                let count = if beside {
+                    &shares_beside
+                } else {
+                    &shares_elsewhere
+                };
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            while grains.fetch_add(1, Ordering::Relaxed) < 16 {
+                busy(Duration::from_micros(2));
+            }
+        });
+        foreign_seen = foreign_seen.max(pool_core::foreign_cpus());
+        if pool.stats().caller_moves > before.caller_moves {
+            break;
+        }
+    }
+    let after = pool.stats().since(&before);
+    eprintln!(
+        "{} withdrawn, {} caller moves, foreign load up to {foreign_seen:.2} CPUs",
+        after.withdrawn, after.caller_moves
+    );
+    if after.withdrawn == 0 {
+        eprintln!("the worker took every seat: setting not reached");
+        return;
+    }
+    if with_busy_process && foreign_seen <= 0.5 {
+        eprintln!("the foreign-load sample never saw the busy process: setting not reached");
+        return;
+    }
+    let last_cpu = last_cpu_of(worker);
+    let (beside, elsewhere) = (
+        shares_beside.load(Ordering::Relaxed),
+        shares_elsewhere.load(Ordering::Relaxed),
+    );
+    if after.caller_moves == 0 && (elsewhere > beside || last_cpu.is_some_and(|cpu| cpu != cpus[0]))
+    {
+        // Seen once under ThreadSanitizer (61 withdrawn, no move): the
+        // worker woke on the idle CPU, too slowly to take its seat,
+        // and was never queued behind the caller.
+        eprintln!(
+            "the kernel kept the worker off the caller's CPU ({elsewhere} shares there, {beside} beside the caller, last on {last_cpu:?}): setting not reached"
+        );
+        return;
+    }
+    assert!(
+        after.caller_moves >= 1,
+        "{} invitations withdrawn from a worker queued on the caller's CPU, and it was never \
+         moved off ({beside} of its shares beside the caller, {elsewhere} elsewhere, last on \
+         {last_cpu:?}, {} turn yields, foreign load up to {foreign_seen:.2} CPUs)",
+        after.withdrawn,
+        after.turn_yields
+    );
 }
 
 /// Two caller threads on 2 CPUs, each with a pool whose worker the user
