@@ -213,13 +213,10 @@ const MAX_ROUNDS: usize = 60;
 /// read either side of it in another run. The rule does not look at which
 /// side the ratio is on: a pass within the noise gets more rounds as a
 /// miss does, and more rounds can turn either into the other.
-fn undecided(number: u32, execs: &[Exec], samples: &[Vec<f64>]) -> bool {
-    Goal::ALL
-        .iter()
-        .zip(intervals(execs, samples))
-        .any(|(goal, [low, high])| {
-            goal.covers(number) && low < goal.threshold() && goal.threshold() <= high
-        })
+fn undecided(number: u32, intervals: [[f64; 2]; 3]) -> bool {
+    Goal::ALL.iter().zip(intervals).any(|(goal, [low, high])| {
+        goal.covers(number) && low < goal.threshold() && goal.threshold() <= high
+    })
 }
 
 /// How many times [`intervals`] resamples the rounds.
@@ -404,7 +401,7 @@ pub(crate) fn measure(
         let mut per_exec: Vec<Vec<f64>> = vec![Vec::new(); execs.len()];
         let mut rounds = 0;
         let mut batch = samples;
-        loop {
+        let goal_intervals = loop {
             for round in rounds..rounds + batch {
                 for i in round_order(round, execs.len()) {
                     let per_token = scenario.time_tokens(execs[i], work, tokens);
@@ -412,12 +409,13 @@ pub(crate) fn measure(
                 }
             }
             rounds += batch;
-            if quick || rounds >= MAX_ROUNDS || !undecided(number, execs, &per_exec) {
-                break;
+            let goal_intervals = intervals(execs, &per_exec);
+            if quick || rounds >= MAX_ROUNDS || !undecided(number, goal_intervals) {
+                break goal_intervals;
             }
             eprintln!("scenarios: {number:>2} a goal is undecided after {rounds} rounds: {MORE_ROUNDS} more");
             batch = MORE_ROUNDS;
-        }
+        };
         let stats = scenario.default_pool_stats();
         let pool_jobs = PoolJobs {
             dispatched: stats.dispatches(),
@@ -454,7 +452,7 @@ pub(crate) fn measure(
             f64::NAN
         };
         let ratios = Ratios::of(execs, &per_exec);
-        let [best_interval, rayon_interval, fixed_interval] = intervals(execs, &per_exec);
+        let [best_interval, rayon_interval, fixed_interval] = goal_intervals;
         rows.push(SettingRow {
             number,
             setting: name,
@@ -837,17 +835,26 @@ mod tests {
     #[test]
     fn only_a_goal_whose_interval_holds_it_asks_for_more_rounds() {
         // Alike executors scattered by +-40 %: 0.95 is inside the interval.
-        assert!(undecided(5, &Exec::ALL, &five_executors(15, 1.0, 0.4)));
+        assert!(undecided(
+            5,
+            intervals(&Exec::ALL, &five_executors(15, 1.0, 0.4))
+        ));
         // Scattered by +-2 %: a pool level with the rest clears 0.95.
         let quiet = five_executors(15, 1.0, 0.02);
-        assert!(!undecided(5, &Exec::ALL, &quiet));
+        assert!(!undecided(5, intervals(&Exec::ALL, &quiet)));
         // ... but where the rayon goal (1.0) covers the setting, level is
         // not yet at least rayon.
-        assert!(undecided(1, &Exec::ALL, &quiet));
+        assert!(undecided(1, intervals(&Exec::ALL, &quiet)));
         // A pool 20 % behind, clearly beyond +-10 % noise: decided, a miss.
-        assert!(!undecided(5, &Exec::ALL, &five_executors(15, 0.8, 0.1)));
+        assert!(!undecided(
+            5,
+            intervals(&Exec::ALL, &five_executors(15, 0.8, 0.1))
+        ));
         // A pool 10 % ahead within +-10 % noise: decided, a pass.
-        assert!(!undecided(5, &Exec::ALL, &five_executors(15, 1.1, 0.1)));
+        assert!(!undecided(
+            5,
+            intervals(&Exec::ALL, &five_executors(15, 1.1, 0.1))
+        ));
     }
 
     #[test]
