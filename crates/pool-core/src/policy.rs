@@ -208,17 +208,28 @@ impl Pickup {
     /// in it (a worker that kept it leaked one count per job, and then
     /// every slot-holding worker handed its CPU over at every checkpoint
     /// for good: `tests/spinner_budget.rs`), telemetry, and the gap for
-    /// the window.
+    /// the window. `ran` is false for a seat the caller withdrew first:
+    /// the wait counts, but no job (counted as one, `worker_jobs` ran
+    /// ahead of the shares workers ran).
     #[inline]
-    pub(crate) fn record(&self, shared: &Shared, state: &mut WaitState, counters: &WorkerCounters) {
+    pub(crate) fn record(
+        &self,
+        shared: &Shared,
+        state: &mut WaitState,
+        counters: &WorkerCounters,
+        ran: bool,
+    ) {
         if self.yielder && !shared.has_bug(SeededBug::YielderCountLeaked) {
             spinners::yielding(false);
         }
         counters.spins.add(self.spun);
-        if self.parked {
-            counters.jobs_after_park.add(1);
-        } else {
-            counters.jobs_hot.add(1);
+        if ran {
+            let jobs = if self.parked {
+                &counters.jobs_after_park
+            } else {
+                &counters.jobs_hot
+            };
+            jobs.add(1);
         }
         if self.adaptive && !state.first_wait {
             let linger = shared

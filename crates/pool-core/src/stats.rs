@@ -105,9 +105,13 @@ pub struct PoolStats {
     pub unparks: u64,
     /// Times a worker parked.
     pub parks: u64,
-    /// Jobs a worker found while spinning: no syscall on either side.
+    /// Jobs a worker found while spinning and ran: no syscall on either
+    /// side. A seat the caller withdrew first counts in [`withdrawn`]
+    /// instead.
+    ///
+    /// [`withdrawn`]: PoolStats::withdrawn
     pub jobs_hot: u64,
-    /// Jobs a worker picked up after parking during that wait.
+    /// Jobs a worker picked up after parking during that wait, and ran.
     pub jobs_after_park: u64,
     /// Spin iterations spent by workers waiting for tickets.
     pub worker_spins: u64,
@@ -212,7 +216,7 @@ impl fmt::Display for PoolStats {
         write!(
             f,
             "{} dispatches ({} full, {} limited), {} unparks ({:.3}/dispatch), {} parks, \
-             {} hot / {} parked pickups, caller waited {} µs, {} panics",
+             {} hot / {} parked pickups, {} withdrawn, caller waited {} µs, {} panics",
             self.dispatches(),
             self.dispatches_full,
             self.dispatches_limited,
@@ -221,6 +225,7 @@ impl fmt::Display for PoolStats {
             self.parks,
             self.jobs_hot,
             self.jobs_after_park,
+            self.withdrawn,
             self.caller_wait_ns / 1000,
             self.panics
         )

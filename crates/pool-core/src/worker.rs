@@ -45,7 +45,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
                     if !shared.take_seat(tickets::seq_of(ticket)) {
                         // Withdrawn: not ours to run (tickets.rs). Touch
                         // neither the inbox nor `remaining`.
-                        pickup.record(&shared, &mut state, &slot.counters);
+                        pickup.record(&shared, &mut state, &slot.counters, false);
                         continue;
                     }
                 }
@@ -83,7 +83,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, index: usize) {
                 // decrement, Miri caught the last job missing; the
                 // telemetry is plain atomics, so loom cannot: the test
                 // `stats_read_right_after_run_count_every_job` can).
-                pickup.record(&shared, &mut state, &slot.counters);
+                pickup.record(&shared, &mut state, &slot.counters, true);
                 // Release: pairs with the caller's Acquire load of
                 // `remaining`; our share's writes and any recorded panic are
                 // visible once it reads 0. After this line the job's closure
