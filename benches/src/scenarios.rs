@@ -642,6 +642,16 @@ impl Scenario {
         }
     }
 
+    /// The default pool's hot empty `run` now, in ns: a short look (about
+    /// 0.1 ms) to take between rounds, where cross-CPU transfers may have
+    /// slowed since the setting began (a vCPU moved on the host).
+    pub fn hot_run_ns(&mut self) -> f64 {
+        let Built::Pool(pool) = self.built(Exec::PoolDefault, 0) else {
+            unreachable!("the default executor is a pool")
+        };
+        crate::time_per_iter(3, 300, || pool.run(|_, _| {})).median
+    }
+
     /// The default pool's hot empty `run`, unparks per dispatch over
     /// `tokens` tokens, and the CPU it burns after the last token.
     /// Call it last: it drops every other executor first, so their idle
