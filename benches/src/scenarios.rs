@@ -364,8 +364,6 @@ pub struct Scenario {
     quota: Option<pool_topo::CpuQuotaGroup>,
     throttled_at_entry: Option<u64>,
     built: HashMap<(Exec, usize), Built>,
-    /// A pool of its own for [`Scenario::hot_run_ns`], parked in between.
-    transfer_look: Option<pool_core::Pool>,
     /// The shortest sample outside a quota ([`Scenario::min_sample`]).
     min_sample: Duration,
 }
@@ -387,7 +385,6 @@ impl Scenario {
             quota: None,
             throttled_at_entry: None,
             built: HashMap::new(),
-            transfer_look: None,
             min_sample: Duration::ZERO,
         };
         match number {
@@ -645,19 +642,19 @@ impl Scenario {
         }
     }
 
-    /// A hot empty `run` now, in ns: a short look (about 0.1 ms) to take
-    /// between rounds, where cross-CPU transfers may have slowed since the
-    /// setting began (a vCPU moved on the host). On a one-worker pool of
-    /// its own with a short fixed budget, parked in between: the same
-    /// look on the default pool fed its adaptive policy 900 back-to-back
-    /// jobs a round, and in the setting with 20 ms idle gaps (12,
-    /// stories15M) it read 0.92x the best of rayon and serial, against
-    /// 1.04-1.11 in the three runs before without looks and 1.05-1.08 in
-    /// three with them on their own pool.
+    /// The default pool's hot empty `run` now, in ns: a short look (about
+    /// 0.1 ms) to take before the rounds, where a stretch of slow
+    /// cross-CPU transfers (a vCPU moved on the host) that ends inside them
+    /// shows, while the look after them ([`Scenario::probe_pool`]) misses
+    /// it. Not between rounds: on a pool of its own the look timed the
+    /// scheduler wherever other threads held the CPUs (up to 0.96 ms a
+    /// run), and on the default pool it fed the adaptive policy 900
+    /// back-to-back jobs a round (stories15M's setting 12, 20 ms idle
+    /// gaps: 0.92x the best of rayon and serial against 1.04-1.11).
     pub fn hot_run_ns(&mut self) -> f64 {
-        let pool = self
-            .transfer_look
-            .get_or_insert_with(|| pool_core::Pool::with_spin(1, 4000));
+        let Built::Pool(pool) = self.built(Exec::PoolDefault, 0) else {
+            unreachable!("the default executor is a pool")
+        };
         crate::time_per_iter(3, 300, || pool.run(|_, _| {})).median
     }
 
