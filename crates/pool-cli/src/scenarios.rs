@@ -393,6 +393,9 @@ pub(crate) fn measure(
         for &exec in execs {
             scenario.time_tokens(exec, work, 1);
         }
+        // Before the rounds too: a slow-transfer stretch that ends inside
+        // them is gone by the look after them (`note_slow_transfers`).
+        let hot_run_ns_before = scenario.hot_run_ns();
         // The order changes from round to round so that each executor
         // follows every other equally often. The executor before a sample
         // matters on a busy machine: rayon's caller sleeps while rayon's
@@ -404,7 +407,6 @@ pub(crate) fn measure(
         // A goal this run's rounds leave undecided gets more rounds, up to
         // MAX_ROUNDS: the interval narrows with their square root.
         let mut per_exec: Vec<Vec<f64>> = vec![Vec::new(); execs.len()];
-        let hot_run_ns_before = scenario.hot_run_ns();
         let mut rounds = 0;
         let mut batch = samples;
         let goal_intervals = loop {
@@ -613,14 +615,17 @@ fn note_slow_transfers(rows: &mut [SettingRow]) {
     if !fastest.is_finite() {
         return;
     }
+    let limit = SLOW_TRANSFERS * fastest;
     for row in rows.iter_mut().filter(|r| r.skipped.is_none()) {
-        let slowest = row.hot_run_ns.max(row.hot_run_ns_before);
-        if slowest > SLOW_TRANSFERS * fastest {
-            let when = if row.hot_run_ns > SLOW_TRANSFERS * fastest {
-                "after the rounds"
-            } else {
-                "before the rounds"
-            };
+        let (slowest, when) = if row.hot_run_ns > limit {
+            (
+                row.hot_run_ns.max(row.hot_run_ns_before),
+                "after the rounds",
+            )
+        } else {
+            (row.hot_run_ns_before, "before the rounds")
+        };
+        if slowest > limit {
             row.caveats.push(format!(
                 "hot run {slowest:.0} ns {when}, {:.1}x this run's fastest ({fastest:.0} ns): \
                  cross-CPU transfers were slow while this setting ran (a vCPU moved on the \

@@ -543,55 +543,6 @@ fn beside_a_busy_process_a_caller_that_withdraws_from_a_worker_on_its_own_cpu_mo
     );
 }
 
-/// A worker that wakes to find its seat withdrawn ran nothing, and the
-/// pool's counters say so: the worker's jobs are the shares workers ran,
-/// and the seat counts as withdrawn. It counted as a job before, which
-/// failed `tests/foreign_load.rs` on a loaded CI machine (one grain run,
-/// two jobs counted). Built by pinning the worker beside its caller at
-/// nice 19: woken there, it waits behind the caller, which finishes each
-/// row job alone.
-#[test]
-#[cfg(target_os = "linux")]
-fn a_seat_withdrawn_before_its_worker_took_it_is_not_counted_as_that_workers_job() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    watched("a withdrawn seat in the counters", |stage| {
-        let _turn = one_at_a_time();
-        let Some((pool, _cpus)) = pool_beside_its_caller(SpinPolicy::adaptive()) else {
-            return;
-        };
-        let worker = pool.worker_tids()[0];
-        // SAFETY: PRIO_PROCESS with a thread id sets that thread's nice
-        // value (raising it needs no privilege); no pointers.
-        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, worker as libc::id_t, 19) };
-        assert_eq!(rc, 0, "setpriority(worker, nice 19)");
-        let before = pool.stats();
-        let worker_shares = AtomicU64::new(0);
-        for job in 0..40 {
-            stage.set(format!("row job {job}"));
-            // Past the 2 ms linger: the worker parks, and is woken by the
-            // job onto the caller's CPU.
-            std::thread::sleep(Duration::from_millis(3));
-            let grains = std::sync::atomic::AtomicUsize::new(0);
-            pool.run_optional_workers_for(1, Duration::from_micros(500), |idx, n| {
-                if idx + 1 < n {
-                    worker_shares.fetch_add(1, Ordering::Relaxed);
-                }
-                while grains.fetch_add(1, Ordering::Relaxed) < 16 {
-                    busy(Duration::from_micros(5));
-                }
-            });
-        }
-        let s = pool.stats().since(&before);
-        let worker_shares = worker_shares.into_inner();
-        eprintln!("{worker_shares} shares run by the worker: {s}");
-        assert!(
-            s.withdrawn >= 1,
-            "a niced worker pinned beside its caller took every seat: {s}"
-        );
-        assert_eq!(s.worker_jobs(), worker_shares, "{s}");
-    });
-}
-
 /// The body of the two tests above: `with_busy_process` puts a busy
 /// process on the CPU the worker should move to.
 #[cfg(target_os = "linux")]
@@ -701,6 +652,55 @@ fn withdrawn_beside_its_caller(stage: &testkit::Stage, with_busy_process: bool) 
         after.withdrawn,
         after.turn_yields
     );
+}
+
+/// A worker that wakes to find its seat withdrawn ran nothing, and the
+/// pool's counters say so: the worker's jobs are the shares workers ran,
+/// and the seat counts as withdrawn. It counted as a job before, which
+/// failed `tests/foreign_load.rs` on a loaded CI machine (one grain run,
+/// two jobs counted). Built by pinning the worker beside its caller at
+/// nice 19: woken there, it waits behind the caller, which finishes each
+/// row job alone.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_seat_withdrawn_before_its_worker_took_it_is_not_counted_as_that_workers_job() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    watched("a withdrawn seat in the counters", |stage| {
+        let _turn = one_at_a_time();
+        let Some((pool, _cpus)) = pool_beside_its_caller(SpinPolicy::adaptive()) else {
+            return;
+        };
+        let worker = pool.worker_tids()[0];
+        // SAFETY: PRIO_PROCESS with a thread id sets that thread's nice
+        // value (raising it needs no privilege); no pointers.
+        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, worker as libc::id_t, 19) };
+        assert_eq!(rc, 0, "setpriority(worker, nice 19)");
+        let before = pool.stats();
+        let worker_shares = AtomicU64::new(0);
+        for job in 0..40 {
+            stage.set(format!("row job {job}"));
+            // Past the 2 ms linger: the worker parks, and is woken by the
+            // job onto the caller's CPU.
+            std::thread::sleep(Duration::from_millis(3));
+            let grains = std::sync::atomic::AtomicUsize::new(0);
+            pool.run_optional_workers_for(1, Duration::from_micros(500), |idx, n| {
+                if idx + 1 < n {
+                    worker_shares.fetch_add(1, Ordering::Relaxed);
+                }
+                while grains.fetch_add(1, Ordering::Relaxed) < 16 {
+                    busy(Duration::from_micros(5));
+                }
+            });
+        }
+        let s = pool.stats().since(&before);
+        let worker_shares = worker_shares.into_inner();
+        eprintln!("{worker_shares} shares run by the worker: {s}");
+        assert!(
+            s.withdrawn >= 1,
+            "a niced worker pinned beside its caller took every seat: {s}"
+        );
+        assert_eq!(s.worker_jobs(), worker_shares, "{s}");
+    });
 }
 
 /// Two caller threads on 2 CPUs, each with a pool whose worker the user
