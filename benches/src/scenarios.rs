@@ -347,6 +347,9 @@ pub struct PoolProbe {
     /// setting, `[awake only, woken]` (`PoolStats::wake_trial_epochs`):
     /// zero where no job ran beside foreign load.
     pub wake_trial_epochs: [u64; 2],
+    /// The same for the fork trials on free CPUs, `[dispatched, short
+    /// jobs inline]` (`PoolStats::fork_trial_epochs`).
+    pub fork_trial_epochs: [u64; 2],
 }
 
 /// A setting, entered. Dropping it leaves the setting.
@@ -675,6 +678,7 @@ impl Scenario {
         };
         let before = pool.stats();
         let wake_trial_epochs = before.wake_trial_epochs;
+        let fork_trial_epochs = before.fork_trial_epochs;
         work.decode(pool, tokens.max(1));
         let unparks_per_dispatch = pool.stats().since(&before).unparks_per_dispatch();
         let hot_run_ns = crate::time_per_iter(9, 2000, || pool.run(|_, _| {})).median;
@@ -691,6 +695,7 @@ impl Scenario {
             idle_window_ms: window.as_secs_f64() * 1e3,
             linger_allowance_ms: pool_core::DEFAULT_LINGER.as_secs_f64() * 1e3 * workers as f64,
             wake_trial_epochs,
+            fork_trial_epochs,
         }
     }
 }

@@ -164,6 +164,9 @@ struct DecodeReport {
     /// Epochs the wake trials scored, `[awake workers only, parked ones
     /// woken]` (pool executor only; `PoolStats::wake_trial_epochs`).
     wake_trial_epochs: [u64; 2],
+    /// Epochs the fork trials scored, `[dispatched, short jobs inline]`
+    /// (pool executor only; `PoolStats::fork_trial_epochs`).
+    fork_trial_epochs: [u64; 2],
     /// CPUs other processes kept busy where this one runs, at the end of
     /// the decode (`pool_core::foreign_cpus`).
     foreign_cpus: f64,
@@ -536,6 +539,7 @@ pub(crate) fn run_decode(o: DecodeOptions) -> Result<(), String> {
         withdrawn: pool_stats.withdrawn,
         turn_yields: pool_stats.turn_yields,
         wake_trial_epochs: pool_stats.wake_trial_epochs,
+        fork_trial_epochs: pool_stats.fork_trial_epochs,
         foreign_cpus,
         bytes_per_token,
         kv_cache_bytes_per_token,

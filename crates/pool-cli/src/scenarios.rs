@@ -66,6 +66,9 @@ pub(crate) struct SettingRow {
     /// The epochs the default pool's wake trials scored in this setting,
     /// `[awake only, woken]` (`PoolStats::wake_trial_epochs`).
     wake_trial_epochs: [u64; 2],
+    /// The epochs the default pool's fork trials scored in this setting,
+    /// `[dispatched, short jobs inline]` (`PoolStats::fork_trial_epochs`).
+    fork_trial_epochs: [u64; 2],
     cgroup_version: Option<&'static str>,
     throttled_periods: Option<u64>,
     /// Foreign load seen at the end of the setting (CPUs other processes
@@ -481,6 +484,7 @@ pub(crate) fn measure(
             idle_window_ms: probe.idle_window_ms,
             linger_allowance_ms: probe.linger_allowance_ms,
             wake_trial_epochs: probe.wake_trial_epochs,
+            fork_trial_epochs: probe.fork_trial_epochs,
             pool_jobs,
             cgroup_version: throttling.map(|t| t.0),
             throttled_periods: throttling.map(|t| t.1),
@@ -523,6 +527,7 @@ fn skipped(number: u32, name: &'static str, reason: String) -> SettingRow {
         idle_window_ms: f64::NAN,
         linger_allowance_ms: f64::NAN,
         wake_trial_epochs: [0, 0],
+        fork_trial_epochs: [0, 0],
         pool_jobs: PoolJobs::default(),
         cgroup_version: None,
         throttled_periods: None,

@@ -34,7 +34,10 @@ impl Shared {
     }
 
     /// The adaptive policy's share for a withdrawable job: the invite cap
-    /// and this process's own callers; and when other processes leave no
+    /// and this process's own callers; when other processes leave a CPU
+    /// for every worker, all of them, or none for a short job while the
+    /// fork trials find the caller alone cheaper (`fork_trials.rs`); and
+    /// when other processes leave no
     /// CPU for a worker (`load.rs`), only the workers still awake, unless
     /// the job is long ([`crate::WORTH_A_WAKE`]) and either workers end
     /// their time slices between jobs (`timeslice.rs`, Linux) or the
@@ -64,6 +67,15 @@ impl Shared {
         let invited = self.fit_to_own_callers(invited, now, inside_any_pool);
         let free = load::fit_to_free_cpus(invited, self.settings.usable_cpus);
         if free >= invited {
+            // A CPU for every worker: the fork trials say whether a short
+            // job's fork-join pays on this host now.
+            if invited > 0
+                && self
+                    .fork_trials
+                    .run_inline(now, expected_ns, self.ns_per_tick)
+            {
+                return 0;
+            }
             return invited;
         }
         // Every job beside foreign load counts in the trials, long or short,

@@ -226,6 +226,9 @@ pub(crate) struct Shared {
     /// Whether waking a parked worker for a short job pays beside foreign
     /// load (`wake_trials.rs`); touched only under foreign load.
     pub(crate) wake_trials: crate::wake_trials::WakeTrials,
+    /// Whether a short withdrawable job's fork-join pays on free CPUs
+    /// (`fork_trials.rs`); touched only without foreign load.
+    pub(crate) fork_trials: crate::fork_trials::ForkTrials,
 }
 
 /// A job's completion count and its open seats (`tickets.rs`).
@@ -434,6 +437,7 @@ impl Shared {
             seeded_bug: None,
             worker_panic: Mutex::new(None),
             wake_trials: Default::default(),
+            fork_trials: Default::default(),
         };
         shared.settings.set_policy(policy);
         shared
@@ -854,6 +858,7 @@ impl Shared {
     pub(crate) fn stats(&self) -> PoolStats {
         PoolStats {
             wake_trial_epochs: self.wake_trials.epochs(),
+            fork_trial_epochs: self.fork_trials.epochs(),
             ..stats::snapshot(
                 &self.caller_counters,
                 self.slots.iter().map(|slot| &*slot.counters),

@@ -34,6 +34,7 @@ mod dispatch;
 mod env;
 mod fork;
 mod fork_safe;
+mod fork_trials;
 mod global;
 mod idle;
 mod job;
@@ -52,6 +53,7 @@ mod stats;
 mod sync;
 mod tickets;
 mod timeslice;
+mod trials;
 mod wake_trials;
 mod worker;
 

@@ -146,6 +146,11 @@ pub struct PoolStats {
     /// ratio says which way the trials found cheaper: one epoch in 16 goes
     /// to the other way.
     pub wake_trial_epochs: [u64; 2],
+    /// Epochs the fork trials scored on CPUs other processes left free:
+    /// `[dispatched, short jobs run by the caller alone]`
+    /// (docs/design.md, "Forking by trial"). One epoch in 16 or 64 goes
+    /// to the way not preferred.
+    pub fork_trial_epochs: [u64; 2],
 }
 
 impl PoolStats {
@@ -206,6 +211,9 @@ impl PoolStats {
             turn_yields: op(self.turn_yields, other.turn_yields),
             wake_trial_epochs: std::array::from_fn(|i| {
                 op(self.wake_trial_epochs[i], other.wake_trial_epochs[i])
+            }),
+            fork_trial_epochs: std::array::from_fn(|i| {
+                op(self.fork_trial_epochs[i], other.fork_trial_epochs[i])
             }),
         }
     }

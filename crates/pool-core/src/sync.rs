@@ -69,7 +69,7 @@ pub(crate) use imp::*;
 /// (loom objects cannot live in a `static`: the spinner budget, the caller
 /// registration, the foreign-load sample, the global pool and the tid
 /// registry), the `Arc` holding a user's start hook (loom's `Arc` cannot
-/// hold a `dyn`), and the wake trials' lock (`wake_trials.rs`), taken with
+/// hold a `dyn`), and the trials' locks (`trials.rs`), taken with
 /// `try_lock` only. None of them is part of the protocol's correctness:
 /// they decide how long to spin or whom to invite, or hold a pool, never
 /// whether a job is seen.

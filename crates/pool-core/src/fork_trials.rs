@@ -1,0 +1,232 @@
+//! Whether a short job's fork-join pays on CPUs that other processes
+//! leave free, learned by trial.
+//!
+//! On free CPUs a withdrawable job invites every worker it may: a
+//! fork-join costs a few cache-line transfers between the caller's CPU
+//! and each worker's, about 0.1 µs each on a host whose CPUs share a
+//! cache. But a hypervisor may place the two vCPUs of a guest where a
+//! transfer costs four times that (on the AMD EPYC host of the
+//! benchmarks, stretches of minutes where `hot_run_trace` reads 420-550
+//! ns against 110-150), and then the short jobs of a small model cost
+//! more forked than run by the caller alone: stories15M Q4_0 decoded at
+//! 0.91-0.93x the serial loop in such stretches, rayon below it too
+//! (docs/design.md, "Forking by trial"). Neither the pool nor the caller
+//! can tell a stretch from its own counters in advance, so the caller
+//! tries both and keeps what measures cheaper.
+//!
+//! Trials (`trials.rs`): epochs of at least 6 ms (half the wake trials':
+//! on free CPUs no time slice has to fit in one, and an inline epoch
+//! where forking pays costs half as much) and 32 withdrawable jobs on
+//! free CPUs; the default arm dispatches as always, the other
+//! runs the jobs shorter than [`crate::WORTH_A_WAKE`] on the caller alone
+//! (longer ones repay a fork-join on any host: they dispatch in both
+//! arms, and count in both). Inline must be 3 % cheaper to be preferred.
+//! The arm not preferred gets one epoch in 16, or one in 64 while the
+//! preferred one is cheaper by more than a quarter (where forking halves
+//! a job, as on a host whose transfers are fast, an inline epoch costs
+//! most, and it is tried least), and one at once when the preferred
+//! arm's cost rose by 15 % since it was last tried: a stretch of slow
+//! transfers shows in the dispatching arm's cost within an epoch or two.
+
+use crate::trials::{ArmTrials, Rules};
+
+const RULES: Rules = Rules {
+    epoch_ns: 6e6,
+    epoch_jobs: 32,
+    gap_ns: 2e6,
+    margin: 0.03,
+    explore_every: 16,
+    explore_far_every: 64,
+    far: 0.25,
+    rise: 0.15,
+    lead_in_jobs: 16,
+    warm_up_epochs: 1,
+    first_try_after: 8,
+};
+
+/// The fork trials of one pool.
+#[derive(Debug)]
+pub(crate) struct ForkTrials(ArmTrials);
+
+impl Default for ForkTrials {
+    fn default() -> Self {
+        ForkTrials(ArmTrials::new(RULES))
+    }
+}
+
+impl ForkTrials {
+    /// For a withdrawable job that has a free CPU for every worker it
+    /// invites, starting at `now` (`clock::ticks`) and expected to take
+    /// one thread `expected_ns`: counts it in the running epoch and says
+    /// whether the caller runs it alone. No estimate (0): no score, and
+    /// the job is dispatched.
+    #[inline]
+    pub(crate) fn run_inline(&self, now: u64, expected_ns: u64, ns_per_tick: f64) -> bool {
+        let inline_epoch = self.0.job(now, expected_ns, ns_per_tick);
+        inline_epoch && expected_ns < crate::WORTH_A_WAKE.as_nanos() as u64
+    }
+
+    /// Epochs scored so far: `[dispatched, short jobs inline]`
+    /// (`PoolStats::fork_trial_epochs`).
+    pub(crate) fn epochs(&self) -> [u64; 2] {
+        self.0.epochs()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trials::{tests::run, Trials};
+
+    #[test]
+    fn where_forking_halves_a_job_one_epoch_in_64_runs_inline() {
+        let mut trials = Trials::default();
+        let inline = run(
+            &mut trials,
+            &RULES,
+            200,
+            |inline| if inline { 1.0 } else { 0.55 },
+        );
+        // The warm-up and eight epochs dispatch, the tenth tries inline;
+        // then one in 64.
+        assert!(
+            (3..=5).contains(&inline),
+            "inline in {inline} of 200 epochs"
+        );
+    }
+
+    #[test]
+    fn a_stretch_of_slow_transfers_turns_the_short_jobs_inline_within_two_epochs() {
+        let mut trials = Trials::default();
+        run(
+            &mut trials,
+            &RULES,
+            100,
+            |inline| if inline { 1.0 } else { 0.55 },
+        );
+        // Forking now costs more than it saves.
+        let mut first_inline = None;
+        for epoch in 0..20 {
+            if run(
+                &mut trials,
+                &RULES,
+                1,
+                |inline| if inline { 1.0 } else { 1.1 },
+            ) == 1
+            {
+                first_inline.get_or_insert(epoch);
+            }
+        }
+        let first = first_inline.expect("never tried inline in 20 slow epochs");
+        assert!(first <= 2, "first tried inline in slow epoch {first}");
+        let inline = run(
+            &mut trials,
+            &RULES,
+            32,
+            |inline| if inline { 1.0 } else { 1.1 },
+        );
+        assert!(inline >= 29, "inline in only {inline} of 32 slow epochs");
+    }
+
+    #[test]
+    fn when_the_stretch_ends_the_jobs_fork_again_within_sixteen_epochs() {
+        let mut trials = Trials::default();
+        run(
+            &mut trials,
+            &RULES,
+            60,
+            |inline| if inline { 1.0 } else { 1.1 },
+        );
+        run(
+            &mut trials,
+            &RULES,
+            18,
+            |inline| if inline { 1.0 } else { 0.55 },
+        );
+        let inline = run(
+            &mut trials,
+            &RULES,
+            32,
+            |inline| if inline { 1.0 } else { 0.55 },
+        );
+        assert!(inline <= 1, "inline in {inline} of 32 fast epochs");
+    }
+
+    #[test]
+    fn a_long_job_forks_even_in_an_inline_epoch() {
+        let trials = ForkTrials::default();
+        let long = crate::WORTH_A_WAKE.as_nanos() as u64;
+        // 1 tick = 1 ns. The warm-up and eight scored epochs dispatch; the
+        // next runs inline, from its lead-in on.
+        let mut now = 1_000;
+        let mut short_jobs = 0;
+        while !trials.run_inline(now, 50_000, 1.0) {
+            short_jobs += 1;
+            assert!(short_jobs < 1000, "no inline epoch after {short_jobs} jobs");
+            now += 400_000;
+        }
+        assert!(!trials.run_inline(now + 1, long, 1.0));
+        assert!(trials.run_inline(now + 2, 50_000, 1.0));
+        assert_eq!(trials.epochs(), [RULES.first_try_after, 0]);
+    }
+
+    #[test]
+    fn a_slow_start_does_not_turn_the_jobs_inline() {
+        let mut trials = Trials::default();
+        // A pool's first epochs cost three times the rest (threads placed,
+        // caches filled): forking still pays.
+        run(&mut trials, &RULES, 2, |_| 2.6);
+        let inline = run(
+            &mut trials,
+            &RULES,
+            60,
+            |inline| if inline { 1.3 } else { 0.88 },
+        );
+        assert!(inline <= 1, "inline in {inline} of 60 epochs");
+    }
+
+    #[test]
+    fn where_pauses_cut_every_epoch_short_the_first_inline_try_is_not_repeated_at_once() {
+        let mut trials = Trials::default();
+        run(&mut trials, &RULES, 9, |_| 0.55);
+        // From here on each epoch ends in a pause before it is scored.
+        let mut now = trials.next;
+        let mut inline_epochs = 0;
+        for _ in 0..64 {
+            inline_epochs += usize::from(trials.job(&RULES, now, 50e3, 1.0));
+            for _ in 0..RULES.lead_in_jobs + 8 {
+                now += 50_000;
+                trials.job(&RULES, now, 50e3, 1.0);
+            }
+            now += 3 * RULES.gap_ns as u64;
+        }
+        assert_eq!(trials.epochs[1], 0);
+        assert!(inline_epochs <= 8, "inline in {inline_epochs} of 64 epochs");
+    }
+
+    #[test]
+    fn the_jobs_that_change_arms_are_not_timed() {
+        let mut trials = Trials::default();
+        run(&mut trials, &RULES, 9, |_| 0.55);
+        // 1 tick = 1 ns. The tenth epoch runs inline; its first 16 jobs
+        // take 1.5 ms each (caches refilled on the caller's CPU), then 50 µs.
+        let mut now = trials.next;
+        assert!(
+            trials.job(&RULES, now, 50e3, 1.0),
+            "the tenth epoch tries inline"
+        );
+        for _ in 0..16 {
+            now += 1_500_000;
+            assert!(trials.job(&RULES, now, 50e3, 1.0));
+        }
+        while trials.epochs[1] == 0 {
+            now += 50_000;
+            trials.job(&RULES, now, 50e3, 1.0);
+        }
+        let inline = trials.cost[1].unwrap();
+        assert!(
+            (inline - 1.0).abs() < 0.01,
+            "the inline epoch cost {inline:.2}"
+        );
+    }
+}

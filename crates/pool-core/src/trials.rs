@@ -1,0 +1,448 @@
+//! Two ways of running a pool's jobs, tried in turn and kept by what
+//! they measure: the machinery behind the wake trials
+//! (`wake_trials.rs`) and the fork trials (`fork_trials.rs`).
+//!
+//! Trials run in epochs of at least [`Rules::epoch_ns`] and
+//! [`Rules::epoch_jobs`] jobs. An epoch uses one arm: the default, or the
+//! other way. Its cost is the wall time from its first job to the next
+//! epoch's first job over the jobs' expected one-thread time (the
+//! caller's estimate, `Pool::run_optional_workers_for`): the serial code
+//! between jobs counts too, since what one arm does to the CPUs (a worker
+//! spinning, or parked) slows that code as well. Each arm keeps a moving
+//! average of its epochs' costs. The other way is preferred only when its
+//! cost is at least [`Rules::margin`] below the default's; the arm not
+//! preferred gets one epoch in [`Rules::explore_every`] (one in
+//! [`Rules::explore_far_every`] while the preferred one is cheaper by
+//! more than [`Rules::far`]), and one at once when the preferred arm's
+//! cost has risen by [`Rules::rise`] since the last such epoch: a change
+//! in the machine that makes the preferred arm cost shows within an
+//! epoch or two. An epoch with a gap longer than [`Rules::gap_ns`]
+//! between jobs (the engine paused, or the jobs went elsewhere) is
+//! dropped, not scored.
+//!
+//! Only the caller that holds the lock scores; another caller of the same
+//! pool meanwhile gets the default.
+
+use crate::sync::process::{Mutex, TryLockError};
+
+/// How a pool's trials run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules {
+    /// The shortest epoch, in ns.
+    pub(crate) epoch_ns: f64,
+    /// The fewest jobs in an epoch.
+    pub(crate) epoch_jobs: u32,
+    /// A longer gap between two jobs, in ns, ends an epoch unscored.
+    pub(crate) gap_ns: f64,
+    /// How much cheaper the other way must be to be preferred.
+    pub(crate) margin: f64,
+    /// One epoch in this many goes to the arm not preferred...
+    pub(crate) explore_every: u64,
+    /// ...or one in this many while the preferred arm is cheaper than the
+    /// other by more than [`Rules::far`].
+    pub(crate) explore_far_every: u64,
+    /// See [`Rules::explore_far_every`].
+    pub(crate) far: f64,
+    /// The arm not preferred gets the next epoch when the preferred arm's
+    /// average rose by this much since it last did.
+    pub(crate) rise: f64,
+    /// Jobs run on an epoch's arm before its clock starts, when the last
+    /// epoch ran the other arm or ended in a gap: they pay the change
+    /// (a parked worker's wake-up, caches refilled), not the arm.
+    pub(crate) lead_in_jobs: u32,
+    /// A pool's first epochs, not scored: they pay its start (threads
+    /// placed, caches filled) on whichever arm they run.
+    pub(crate) warm_up_epochs: u64,
+    /// Epochs the default arm scores before the other way's first.
+    pub(crate) first_try_after: u64,
+}
+
+/// Weight of the newest epoch in an arm's moving average.
+const WEIGHT: f64 = 0.25;
+
+/// The trials of one pool, behind a lock that is only tried.
+#[derive(Debug)]
+pub(crate) struct ArmTrials {
+    rules: Rules,
+    state: Mutex<Trials>,
+}
+
+/// The two arms' scores and the running epoch.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Trials {
+    /// This epoch runs the other way.
+    other: bool,
+    /// `clock::ticks` of the epoch's first job (0: no epoch running).
+    started: u64,
+    /// `clock::ticks` of its latest job.
+    latest: u64,
+    /// The epoch's jobs and the sum of their expected times.
+    jobs: u32,
+    expected_ns: f64,
+    /// Moving average of wall ns per expected ns: `[default, other]`.
+    pub(crate) cost: [Option<f64>; 2],
+    /// Epochs scored.
+    pub(crate) scored: u64,
+    /// Epochs scored per arm: `[default, other]`.
+    pub(crate) epochs: [u64; 2],
+    /// Warm-up epochs ended unscored.
+    warmed_up: u64,
+    /// Epochs since the arm not preferred last had one.
+    since_explored: u64,
+    /// The preferred arm's average when the other last had an epoch.
+    preferred_then: Option<f64>,
+    /// The next epoch's arm is chosen (`other`), its lead-in running.
+    armed: bool,
+    /// Lead-in jobs left before the epoch's clock starts.
+    pub(crate) lead_in: u32,
+    /// The arm of the last epoch (`None`: none yet, or it ended in a gap).
+    last_arm: Option<bool>,
+    /// The test clock's next job.
+    #[cfg(test)]
+    pub(crate) next: u64,
+}
+
+impl ArmTrials {
+    pub(crate) fn new(rules: Rules) -> Self {
+        ArmTrials {
+            rules,
+            state: Mutex::new(Trials::default()),
+        }
+    }
+
+    /// Counts a job starting at `now` (`clock::ticks`) and expected to take
+    /// one thread `expected_ns` in the running epoch; says whether it runs
+    /// the other way. A job without an estimate (0) is not counted and
+    /// runs the default way, as does every job while another caller
+    /// holds the lock.
+    #[inline]
+    pub(crate) fn job(&self, now: u64, expected_ns: u64, ns_per_tick: f64) -> bool {
+        if expected_ns == 0 {
+            return false;
+        }
+        let mut trials = match self.state.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        trials.job(&self.rules, now, expected_ns as f64, ns_per_tick)
+    }
+
+    pub(crate) fn trials(&self) -> Trials {
+        match self.state.lock() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Epochs scored so far: `[default, other way]`.
+    pub(crate) fn epochs(&self) -> [u64; 2] {
+        self.trials().epochs
+    }
+}
+
+impl Trials {
+    /// Counts a job starting at `now`; returns whether it runs the other
+    /// way.
+    pub(crate) fn job(
+        &mut self,
+        rules: &Rules,
+        now: u64,
+        expected_ns: f64,
+        ns_per_tick: f64,
+    ) -> bool {
+        if self.started != 0 {
+            let since_latest = now.wrapping_sub(self.latest) as f64 * ns_per_tick;
+            let elapsed = now.wrapping_sub(self.started) as f64 * ns_per_tick;
+            if since_latest > rules.gap_ns {
+                self.started = 0;
+                self.last_arm = None;
+            } else if elapsed >= rules.epoch_ns && self.jobs >= rules.epoch_jobs {
+                self.score(rules, elapsed / self.expected_ns);
+                self.started = 0;
+            }
+        }
+        if self.started == 0 {
+            if !self.armed {
+                self.other = self.next_arm(rules);
+                self.armed = true;
+                if self.last_arm != Some(self.other) {
+                    self.last_arm = Some(self.other);
+                    self.lead_in = rules.lead_in_jobs;
+                }
+            }
+            if self.lead_in > 0 {
+                self.lead_in -= 1;
+                return self.other;
+            }
+            self.armed = false;
+            self.started = now.max(1);
+            self.jobs = 0;
+            self.expected_ns = 0.0;
+        }
+        self.latest = now;
+        self.jobs += 1;
+        self.expected_ns += expected_ns;
+        self.other
+    }
+
+    fn score(&mut self, rules: &Rules, cost: f64) {
+        if self.warmed_up < rules.warm_up_epochs {
+            self.warmed_up += 1;
+            return;
+        }
+        // A plain mean until the moving average's weight takes over: the
+        // first epoch alone does not set an arm's score for long.
+        let arm = usize::from(self.other);
+        let weight = WEIGHT.max(1.0 / (self.epochs[arm] + 1) as f64);
+        let average = &mut self.cost[arm];
+        *average = Some(match *average {
+            None => cost,
+            Some(average) => average + weight * (cost - average),
+        });
+        self.scored += 1;
+        self.epochs[usize::from(self.other)] += 1;
+    }
+
+    /// Whether the other way is preferred: both arms scored and the other
+    /// cheaper by the margin.
+    fn prefers_other(&self, rules: &Rules) -> bool {
+        match self.cost {
+            [Some(default), Some(other)] => other < default * (1.0 - rules.margin),
+            _ => false,
+        }
+    }
+
+    /// The next epoch's arm: an arm not yet scored, else the preferred one
+    /// but for the explored epochs.
+    fn next_arm(&mut self, rules: &Rules) -> bool {
+        let [Some(default), Some(other)] = self.cost else {
+            // Not yet tried: after `first_try_after` scored epochs of the
+            // default, and again that many epochs later if the try ended
+            // in a pause unscored (where pauses are frequent, a try at
+            // every epoch would run the other way most of the time).
+            self.since_explored += 1;
+            let tries = self.epochs[0] >= rules.first_try_after
+                && self.since_explored >= rules.first_try_after;
+            if tries {
+                self.since_explored = 0;
+            }
+            return tries;
+        };
+        let prefer_other = self.prefers_other(rules);
+        let (preferred, unpreferred) = if prefer_other {
+            (other, default)
+        } else {
+            (default, other)
+        };
+        let every = if preferred * (1.0 + rules.far) < unpreferred {
+            rules.explore_far_every
+        } else {
+            rules.explore_every
+        };
+        let risen = self
+            .preferred_then
+            .is_some_and(|then| preferred > then * (1.0 + rules.rise));
+        self.since_explored += 1;
+        let explore = risen || self.since_explored >= every;
+        if explore {
+            self.since_explored = 0;
+            self.preferred_then = Some(preferred);
+        } else if self.preferred_then.is_none() {
+            self.preferred_then = Some(preferred);
+        }
+        prefer_other != explore
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The wake trials' rules: one epoch in 16 explores, always.
+    pub(crate) const FIXED: Rules = Rules {
+        epoch_ns: 12e6,
+        epoch_jobs: 32,
+        gap_ns: 2e6,
+        margin: 0.03,
+        explore_every: 16,
+        explore_far_every: 16,
+        far: 0.0,
+        rise: f64::INFINITY,
+        lead_in_jobs: 0,
+        warm_up_epochs: 0,
+        first_try_after: 1,
+    };
+
+    /// Runs `epochs` epochs of jobs, each expected to take 50 µs, that
+    /// take `cost(other)` times that: returns how many epochs ran the
+    /// other way.
+    pub(crate) fn run(
+        trials: &mut Trials,
+        rules: &Rules,
+        epochs: usize,
+        cost: impl Fn(bool) -> f64,
+    ) -> usize {
+        // 1 tick = 1 ns; each run goes on where the last one stopped (0
+        // is the clock value that means "no epoch").
+        let mut now = trials.next.max(1);
+        let mut other_epochs = 0;
+        for _ in 0..epochs {
+            let other = trials.job(rules, now, 50e3, 1.0);
+            other_epochs += usize::from(other);
+            // The epoch's wall time scales with its arm's cost.
+            let step = (50e3 * cost(other)) as u64;
+            let jobs = (rules.epoch_ns as u64)
+                .div_ceil(step)
+                .max(rules.epoch_jobs as u64);
+            // A lead-in first, if this job began one: its jobs, then the
+            // epoch's.
+            let rest = if trials.started == 0 {
+                trials.lead_in + jobs as u32
+            } else {
+                jobs as u32 - 1
+            };
+            now += step;
+            for _ in 0..rest {
+                assert_eq!(
+                    trials.job(rules, now, 50e3, 1.0),
+                    other,
+                    "one arm per epoch"
+                );
+                now += step;
+            }
+        }
+        trials.next = now;
+        other_epochs
+    }
+
+    #[test]
+    fn the_other_way_is_chosen_where_it_pays_and_the_default_is_still_tried() {
+        let mut trials = Trials::default();
+        let other = run(
+            &mut trials,
+            &FIXED,
+            80,
+            |other| if other { 1.5 } else { 1.8 },
+        );
+        let [default, other_cost] = trials.cost;
+        assert!(other_cost.unwrap() < default.unwrap());
+        // Every epoch but the last (still running) is scored on its arm.
+        let [default_epochs, other_epochs] = trials.epochs;
+        assert_eq!(default_epochs + other_epochs, 79);
+        assert!((other as u64 - 1..=other as u64).contains(&other_epochs));
+        // All but the explored epochs and the first, which tries the default.
+        let explored = 80 / FIXED.explore_every as usize;
+        assert!(
+            (80 - explored - 2..=80 - explored).contains(&other),
+            "the other way in {other} of 80 epochs"
+        );
+    }
+
+    /// Asserts that over 80 epochs where the other way costs `other_cost`
+    /// (against 1.8 by default) the trials took it only in the explored
+    /// epochs and the second, which tries it.
+    fn assert_default_kept(other_cost: f64) {
+        let mut trials = Trials::default();
+        let other = run(&mut trials, &FIXED, 80, |other| {
+            if other {
+                other_cost
+            } else {
+                1.8
+            }
+        });
+        let explored = 80 / FIXED.explore_every as usize;
+        assert!(
+            (explored..=explored + 2).contains(&other),
+            "the other way in {other} of 80 epochs"
+        );
+    }
+
+    #[test]
+    fn the_other_way_is_left_alone_where_it_costs() {
+        assert_default_kept(2.5);
+    }
+
+    #[test]
+    fn a_gain_within_the_margin_keeps_the_default() {
+        assert_default_kept(1.79);
+    }
+
+    #[test]
+    fn the_other_way_that_stops_paying_is_dropped_after_one_epoch() {
+        let mut trials = Trials::default();
+        run(
+            &mut trials,
+            &FIXED,
+            40,
+            |other| if other { 1.5 } else { 1.8 },
+        );
+        run(
+            &mut trials,
+            &FIXED,
+            2,
+            |other| if other { 3.0 } else { 1.8 },
+        );
+        let other = run(
+            &mut trials,
+            &FIXED,
+            8,
+            |other| if other { 3.0 } else { 1.8 },
+        );
+        assert!(other <= 1, "still the other way in {other} of 8 epochs");
+    }
+
+    #[test]
+    fn the_other_way_that_starts_paying_is_found_by_the_explored_epochs() {
+        let mut trials = Trials::default();
+        run(
+            &mut trials,
+            &FIXED,
+            40,
+            |other| if other { 2.5 } else { 1.8 },
+        );
+        // Six explorations move the other arm's average below the default's.
+        run(
+            &mut trials,
+            &FIXED,
+            6 * FIXED.explore_every as usize,
+            |other| {
+                if other {
+                    1.5
+                } else {
+                    1.8
+                }
+            },
+        );
+        let other = run(
+            &mut trials,
+            &FIXED,
+            16,
+            |other| if other { 1.5 } else { 1.8 },
+        );
+        assert!(other >= 14, "the other way in only {other} of 16 epochs");
+    }
+
+    #[test]
+    fn an_epoch_with_a_pause_is_dropped_unscored() {
+        let mut trials = Trials::default();
+        let mut now = 1_000u64;
+        for _ in 0..FIXED.epoch_jobs {
+            trials.job(&FIXED, now, 50e3, 1.0);
+            now += 100_000;
+        }
+        // A pause longer than the gap, then the epoch would have ended.
+        now += (FIXED.gap_ns as u64) * 2 + FIXED.epoch_ns as u64;
+        trials.job(&FIXED, now, 50e3, 1.0);
+        assert_eq!(trials.scored, 0);
+        assert_eq!(trials.cost, [None, None]);
+    }
+
+    #[test]
+    fn a_job_without_an_estimate_runs_the_default_way_and_is_not_counted() {
+        let trials = ArmTrials::new(FIXED);
+        assert!(!trials.job(1_000, 0, 1.0));
+        assert_eq!(trials.trials().cost, [None, None]);
+        assert_eq!(trials.trials().jobs, 0);
+    }
+}
