@@ -259,20 +259,8 @@ impl Trials {
 pub(crate) mod tests {
     use super::*;
 
-    /// The wake trials' rules: one epoch in 16 explores, always.
-    pub(crate) const FIXED: Rules = Rules {
-        epoch_ns: 12e6,
-        epoch_jobs: 32,
-        gap_ns: 2e6,
-        margin: 0.03,
-        explore_every: 16,
-        explore_far_every: 16,
-        far: 0.0,
-        rise: f64::INFINITY,
-        lead_in_jobs: 0,
-        warm_up_epochs: 0,
-        first_try_after: 1,
-    };
+    // The wake trials' rules: one epoch in 16 explores, always.
+    use crate::wake_trials::RULES as FIXED;
 
     /// Runs `epochs` epochs of jobs, each expected to take 50 µs, that
     /// take `cost(other)` times that: returns how many epochs ran the

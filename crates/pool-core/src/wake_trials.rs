@@ -30,7 +30,7 @@ use crate::trials::{ArmTrials, Rules};
 /// The wake trials' rules: epochs of several of the scheduler's time
 /// slices (3-4 ms on Linux beside a busy process), so one epoch sees both
 /// threads' turns; a fixed share of explored epochs.
-const RULES: Rules = Rules {
+pub(crate) const RULES: Rules = Rules {
     epoch_ns: 12e6,
     epoch_jobs: 32,
     gap_ns: 2e6,
