@@ -37,12 +37,12 @@ impl Shared {
     /// and this process's own callers; when other processes leave a CPU
     /// for every worker, all of them, or none for a short job while the
     /// fork trials find the caller alone cheaper (`fork_trials.rs`); and
-    /// when other processes leave no
-    /// CPU for a worker (`load.rs`), only the workers still awake, unless
-    /// the job is long ([`crate::WORTH_A_WAKE`]) and either workers end
-    /// their time slices between jobs (`timeslice.rs`, Linux) or the
-    /// caller is not below normal priority, or the wake trials found that
-    /// waking pays (`wake_trials.rs`). A worker that has not started is
+    /// when other processes leave no CPU for a worker (`load.rs`), only
+    /// the workers still awake, unless the job is long
+    /// ([`crate::WORTH_A_WAKE`]) and either workers end their time slices
+    /// between jobs (`timeslice.rs`, Linux) or the caller is not below
+    /// normal priority, or the wake trials found that waking pays
+    /// (`wake_trials.rs`). A worker that has not started is
     /// withdrawn, not waited for, so an awake one costs nothing if it gets
     /// no CPU; but waking a parked one then puts it on a busy CPU, most
     /// often the caller's own (with no idle CPU the scheduler places a
@@ -55,7 +55,8 @@ impl Shared {
     /// a tenth of a CPU) to repay the joins it delays, unless it delays
     /// none: a worker that ends its turns between jobs only adds its share.
     /// The measurements behind each rule: docs/design.md, "Withdrawable
-    /// invitations", "Yielding at the end of a turn" and "Waking by trial".
+    /// invitations", "Yielding at the end of a turn", "Waking by trial"
+    /// and "Forking by trial".
     #[inline]
     pub(crate) fn fit_optional(
         &self,

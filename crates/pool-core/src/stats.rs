@@ -131,8 +131,12 @@ pub struct PoolStats {
     pub caller_moves: u64,
     /// Jobs that asked for workers but ran on the caller alone because the
     /// adaptive policy found no CPU for one (other processes' load, or
-    /// this process's callers filling the CPUs). Nested and forked-child
-    /// runs are not counted.
+    /// this process's callers filling the CPUs), or because the fork
+    /// trials found a short job cheaper on the caller alone
+    /// ([`fork_trial_epochs`]). Nested and forked-child runs are not
+    /// counted.
+    ///
+    /// [`fork_trial_epochs`]: PoolStats::fork_trial_epochs
     pub jobs_inline: u64,
     /// Invitations of withdrawable jobs (row jobs) that no worker took up
     /// before the caller finished the work alone (`tickets.rs`).
