@@ -81,8 +81,6 @@ pub(crate) struct Trials {
     expected_ns: f64,
     /// Moving average of wall ns per expected ns: `[default, other]`.
     pub(crate) cost: [Option<f64>; 2],
-    /// Epochs scored.
-    pub(crate) scored: u64,
     /// Epochs scored per arm: `[default, other]`.
     pub(crate) epochs: [u64; 2],
     /// Warm-up epochs ended unscored.
@@ -200,17 +198,7 @@ impl Trials {
             None => cost,
             Some(average) => average + weight * (cost - average),
         });
-        self.scored += 1;
-        self.epochs[usize::from(self.other)] += 1;
-    }
-
-    /// Whether the other way is preferred: both arms scored and the other
-    /// cheaper by the margin.
-    fn prefers_other(&self, rules: &Rules) -> bool {
-        match self.cost {
-            [Some(default), Some(other)] => other < default * (1.0 - rules.margin),
-            _ => false,
-        }
+        self.epochs[arm] += 1;
     }
 
     /// The next epoch's arm: an arm not yet scored, else the preferred one
@@ -229,7 +217,8 @@ impl Trials {
             }
             return tries;
         };
-        let prefer_other = self.prefers_other(rules);
+        // The other way must be cheaper by the margin.
+        let prefer_other = other < default * (1.0 - rules.margin);
         let (preferred, unpreferred) = if prefer_other {
             (other, default)
         } else {
@@ -422,7 +411,7 @@ pub(crate) mod tests {
         // A pause longer than the gap, then the epoch would have ended.
         now += (FIXED.gap_ns as u64) * 2 + FIXED.epoch_ns as u64;
         trials.job(&FIXED, now, 50e3, 1.0);
-        assert_eq!(trials.scored, 0);
+        assert_eq!(trials.epochs, [0, 0]);
         assert_eq!(trials.cost, [None, None]);
     }
 
