@@ -39,10 +39,11 @@ impl Shared {
     /// fork trials find the caller alone cheaper (`fork_trials.rs`); and
     /// when other processes leave no CPU for a worker (`load.rs`), only
     /// the workers still awake, unless the job is long
-    /// ([`crate::WORTH_A_WAKE`]) and either workers end their time slices
-    /// between jobs (`timeslice.rs`, Linux) or the caller is not below
-    /// normal priority, or the wake trials found that waking pays
-    /// (`wake_trials.rs`). A worker that has not started is
+    /// ([`crate::WORTH_A_WAKE`]), the load leaves the caller its own CPU
+    /// (`load::caller_short_of_a_cpu`), and either workers end their time
+    /// slices between jobs (`timeslice.rs`, Linux) or the caller is not
+    /// below normal priority; or unless the wake trials found that waking
+    /// pays (`wake_trials.rs`). A worker that has not started is
     /// withdrawn, not waited for, so an awake one costs nothing if it gets
     /// no CPU; but waking a parked one then puts it on a busy CPU, most
     /// often the caller's own (with no idle CPU the scheduler places a
@@ -54,9 +55,12 @@ impl Shared {
     /// job. A niced caller's worker gets too small a share (nice 10: about
     /// a tenth of a CPU) to repay the joins it delays, unless it delays
     /// none: a worker that ends its turns between jobs only adds its share.
-    /// The measurements behind each rule: docs/design.md, "Withdrawable
-    /// invitations", "Yielding at the end of a turn", "Waking by trial"
-    /// and "Forking by trial".
+    /// Where the caller itself waits for its CPU, long jobs go by the
+    /// trials too: beside three busy processes on 2 CPUs, waking for
+    /// every long job cost 5-12 % of the decode. The measurements behind
+    /// each rule: docs/design.md, "Withdrawable invitations", "Yielding at
+    /// the end of a turn", "Waking by trial", "Waking for long jobs beside
+    /// three busy processes" and "Forking by trial".
     #[inline]
     pub(crate) fn fit_optional(
         &self,
@@ -81,12 +85,15 @@ impl Shared {
         }
         // Every job beside foreign load counts in the trials, long or short,
         // worker parked or not: an epoch's cost covers all its time.
+        let caller_short =
+            load::caller_short_of_a_cpu(load::foreign_cpus(), self.settings.usable_cpus);
         let wake = self
             .wake_trials
-            .wake_parked(now, expected_ns, self.ns_per_tick);
+            .wake_parked(now, expected_ns, self.ns_per_tick, caller_short);
         let long = expected_ns >= crate::WORTH_A_WAKE.as_nanos() as u64;
         if wake
             || (long
+                && !caller_short
                 && (crate::timeslice::WATCHES_TURNS || !crate::priority::below_normal_priority()))
         {
             return invited;

@@ -840,7 +840,7 @@ impl Shared {
                     continue;
                 }
             }
-            thread::park();
+            sleep::park_in_pool();
         }
         self.join_sleepers.unregister(id);
     }

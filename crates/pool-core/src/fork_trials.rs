@@ -62,7 +62,7 @@ impl ForkTrials {
     /// the job is dispatched.
     #[inline]
     pub(crate) fn run_inline(&self, now: u64, expected_ns: u64, ns_per_tick: f64) -> bool {
-        let inline_epoch = self.0.job(now, expected_ns, ns_per_tick);
+        let inline_epoch = self.0.job(now, expected_ns, ns_per_tick, false);
         inline_epoch && expected_ns < crate::WORTH_A_WAKE.as_nanos() as u64
     }
 
@@ -193,10 +193,10 @@ mod tests {
         let mut now = trials.next;
         let mut inline_epochs = 0;
         for _ in 0..64 {
-            inline_epochs += usize::from(trials.job(&RULES, now, 50e3, 1.0));
+            inline_epochs += usize::from(trials.job(&RULES, now, 50e3, 1.0, || None));
             for _ in 0..RULES.lead_in_jobs + 8 {
                 now += 50_000;
-                trials.job(&RULES, now, 50e3, 1.0);
+                trials.job(&RULES, now, 50e3, 1.0, || None);
             }
             now += 3 * RULES.gap_ns as u64;
         }
@@ -212,16 +212,16 @@ mod tests {
         // take 1.5 ms each (caches refilled on the caller's CPU), then 50 µs.
         let mut now = trials.next;
         assert!(
-            trials.job(&RULES, now, 50e3, 1.0),
+            trials.job(&RULES, now, 50e3, 1.0, || None),
             "the tenth epoch tries inline"
         );
         for _ in 0..16 {
             now += 1_500_000;
-            assert!(trials.job(&RULES, now, 50e3, 1.0));
+            assert!(trials.job(&RULES, now, 50e3, 1.0, || None));
         }
         while trials.epochs[1] == 0 {
             now += 50_000;
-            trials.job(&RULES, now, 50e3, 1.0);
+            trials.job(&RULES, now, 50e3, 1.0, || None);
         }
         let inline = trials.cost[1].unwrap();
         assert!(

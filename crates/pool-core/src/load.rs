@@ -102,6 +102,17 @@ pub(crate) fn crowded(foreign: f64, pool_threads: usize, usable_cpus: usize) -> 
     foreign > 0.5 && foreign + pool_threads as f64 > usable_cpus as f64
 }
 
+/// Whether other processes keep so many of `usable_cpus` busy that the
+/// caller itself is short of one: more than a quarter CPU beyond the CPUs
+/// besides its own (on 2 CPUs, more than 1.25). Beside one busy process
+/// on 2 CPUs the sample reads 0.6-1.05; beside three, 1.4-1.65. The
+/// caller then waits for its CPU for whole time slices at a time, and
+/// the wake trials score those waits (`trials.rs`).
+#[inline]
+pub(crate) fn caller_short_of_a_cpu(foreign: f64, usable_cpus: usize) -> bool {
+    foreign > 0.5 && foreign > usable_cpus as f64 - 0.75
+}
+
 /// The workers a job may invite when other processes keep `foreign` CPUs
 /// busy out of `usable_cpus`: one CPU is the caller's, the rest that other
 /// processes leave free are for workers. Below half a CPU of foreign load
@@ -296,6 +307,19 @@ intr 1 2 3
         assert_eq!(fit(3, 16, 2.2), 3);
         // Everything taken: inline, never an underflow.
         assert_eq!(fit(7, 8, 9.0), 0);
+    }
+
+    #[test]
+    fn the_caller_is_short_of_a_cpu_only_beyond_the_cpus_besides_its_own() {
+        // 2 CPUs: one busy process leaves the caller its CPU, three do not.
+        assert!(!caller_short_of_a_cpu(1.05, 2));
+        assert!(caller_short_of_a_cpu(1.4, 2));
+        // 16 CPUs: 15 busy leave the caller one.
+        assert!(!caller_short_of_a_cpu(15.0, 16));
+        assert!(caller_short_of_a_cpu(15.5, 16));
+        // 1 CPU: any load beyond the noise.
+        assert!(!caller_short_of_a_cpu(0.5, 1));
+        assert!(caller_short_of_a_cpu(0.6, 1));
     }
 
     #[test]

@@ -461,7 +461,7 @@ impl PhaseState {
                 sleep::announce_fence();
                 continue;
             }
-            thread::park();
+            sleep::park_in_pool();
         }
         if announced {
             self.arrivals.fetch_sub(sleep::SLEEPER, Ordering::Relaxed);

@@ -127,6 +127,32 @@ pub(crate) fn announce_fence() {
     fence(Ordering::SeqCst);
 }
 
+/// Parks the calling thread in one of the pool's own waits (a join, a
+/// barrier), counting the park: the wake trials tell an engine's pause
+/// from a preemption by the times a thread blocked outside these
+/// (`trials.rs`).
+#[inline]
+pub(crate) fn park_in_pool() {
+    #[cfg(not(loom))]
+    PARKS_IN_POOL.with(|parks| parks.set(parks.get() + 1));
+    thread::park();
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    // No destructor: readable from any thread-local destructor too.
+    static PARKS_IN_POOL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The calling thread's parks in the pool's own waits so far (0 under
+/// loom, where nothing reads it).
+pub(crate) fn parks_in_pool() -> u64 {
+    #[cfg(not(loom))]
+    return PARKS_IN_POOL.with(std::cell::Cell::get);
+    #[cfg(loom)]
+    0
+}
+
 /// Whether a wait that has yielded `yields` times since `since` (clock
 /// ticks) should park now.
 #[inline]

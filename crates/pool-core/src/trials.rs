@@ -18,7 +18,19 @@
 //! in the machine that makes the preferred arm cost shows within an
 //! epoch or two. An epoch with a gap longer than [`Rules::gap_ns`]
 //! between jobs (the engine paused, or the jobs went elsewhere) is
-//! dropped, not scored.
+//! dropped, not scored; where other processes leave the caller itself
+//! short of a CPU (`load::caller_short_of_a_cpu`), unless the caller's
+//! thread spent the gap waiting for one: it did not block outside the
+//! pool's own waits since the epoch began, and its time off its CPU grew
+//! by the gap's excess over [`Rules::gap_ns`]. Such a thread was not
+//! paused, and what it waited is part of its arm's cost: beside three
+//! busy processes on 2 CPUs the caller waits whole time slices, and
+//! almost every epoch had such a gap, so the trials scored 0-6 epochs
+//! per setting. One that blocked (an engine's pause) or ran other code
+//! (a serial loop between the pool's jobs) was paused. Where the caller
+//! has its CPU the rule is not used: beside one busy process on 2 CPUs,
+//! scoring such gaps cost stories15M Q4_0 3-6 % (docs/design.md, "Waking
+//! for long jobs beside three busy processes").
 //!
 //! Only the caller that holds the lock scores; another caller of the same
 //! pool meanwhile gets the default.
@@ -32,7 +44,8 @@ pub(crate) struct Rules {
     pub(crate) epoch_ns: f64,
     /// The fewest jobs in an epoch.
     pub(crate) epoch_jobs: u32,
-    /// A longer gap between two jobs, in ns, ends an epoch unscored.
+    /// A longer gap between two jobs, in ns, ends an epoch unscored
+    /// (but see [`ArmTrials::job`]).
     pub(crate) gap_ns: f64,
     /// How much cheaper the other way must be to be preferred.
     pub(crate) margin: f64,
@@ -57,6 +70,30 @@ pub(crate) struct Rules {
     pub(crate) first_try_after: u64,
 }
 
+/// The calling thread's time off its CPU, as the gap rule reads it. Both
+/// counts wrap: only their changes are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OffCpu {
+    /// The times it blocked (`timeslice::Look::voluntary`) less its parks
+    /// in the pool's own waits (`sleep::park_in_pool`): what grows when
+    /// the engine pauses, and not when other threads preempt it.
+    pub(crate) blocks: u64,
+    /// Wall time less its CPU time, in ns: what grows when it waits for a
+    /// CPU (or blocks), and not when it runs other code.
+    pub(crate) off_cpu_ns: u64,
+}
+
+impl OffCpu {
+    /// The calling thread's, where the system counts them (Linux).
+    pub(crate) fn now() -> Option<OffCpu> {
+        let look = crate::timeslice::Look::now()?;
+        Some(OffCpu {
+            blocks: look.voluntary.wrapping_sub(crate::sleep::parks_in_pool()),
+            off_cpu_ns: look.wall_ns.wrapping_sub(look.cpu_ns),
+        })
+    }
+}
+
 /// Weight of the newest epoch in an arm's moving average.
 const WEIGHT: f64 = 0.25;
 
@@ -76,6 +113,9 @@ pub(crate) struct Trials {
     started: u64,
     /// `clock::ticks` of its latest job.
     latest: u64,
+    /// [`OffCpu`] when the epoch began (its time off the CPU: at its last
+    /// gap scored), where read.
+    off_cpu_at_start: Option<OffCpu>,
     /// The epoch's jobs and the sum of their expected times.
     jobs: u32,
     expected_ns: f64,
@@ -112,9 +152,17 @@ impl ArmTrials {
     /// one thread `expected_ns` in the running epoch; says whether it runs
     /// the other way. A job without an estimate (0) is not counted and
     /// runs the default way, as does every job while another caller
-    /// holds the lock.
+    /// holds the lock. `caller_short_of_a_cpu`: other processes leave the
+    /// caller itself short of a CPU, and a gap it spent waiting for one
+    /// is scored (module docs).
     #[inline]
-    pub(crate) fn job(&self, now: u64, expected_ns: u64, ns_per_tick: f64) -> bool {
+    pub(crate) fn job(
+        &self,
+        now: u64,
+        expected_ns: u64,
+        ns_per_tick: f64,
+        caller_short_of_a_cpu: bool,
+    ) -> bool {
         if expected_ns == 0 {
             return false;
         }
@@ -123,7 +171,14 @@ impl ArmTrials {
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => return false,
         };
-        trials.job(&self.rules, now, expected_ns as f64, ns_per_tick)
+        let off_cpu = || {
+            if caller_short_of_a_cpu {
+                OffCpu::now()
+            } else {
+                None
+            }
+        };
+        trials.job(&self.rules, now, expected_ns as f64, ns_per_tick, off_cpu)
     }
 
     pub(crate) fn trials(&self) -> Trials {
@@ -141,18 +196,21 @@ impl ArmTrials {
 
 impl Trials {
     /// Counts a job starting at `now`; returns whether it runs the other
-    /// way.
+    /// way. `off_cpu`: [`OffCpu::now`] where a gap the caller spent
+    /// waiting for a CPU is scored, read when an epoch begins and at a
+    /// gap; `None` drops every epoch with a gap.
     pub(crate) fn job(
         &mut self,
         rules: &Rules,
         now: u64,
         expected_ns: f64,
         ns_per_tick: f64,
+        off_cpu: impl Fn() -> Option<OffCpu>,
     ) -> bool {
         if self.started != 0 {
             let since_latest = now.wrapping_sub(self.latest) as f64 * ns_per_tick;
             let elapsed = now.wrapping_sub(self.started) as f64 * ns_per_tick;
-            if since_latest > rules.gap_ns {
+            if since_latest > rules.gap_ns && !self.preempted(rules, since_latest, &off_cpu) {
                 self.started = 0;
                 self.last_arm = None;
             } else if elapsed >= rules.epoch_ns && self.jobs >= rules.epoch_jobs {
@@ -175,6 +233,7 @@ impl Trials {
             }
             self.armed = false;
             self.started = now.max(1);
+            self.off_cpu_at_start = off_cpu();
             self.jobs = 0;
             self.expected_ns = 0.0;
         }
@@ -182,6 +241,27 @@ impl Trials {
         self.jobs += 1;
         self.expected_ns += expected_ns;
         self.other
+    }
+
+    /// At a gap of `gap_ns`: whether the caller's thread spent it waiting
+    /// for a CPU, where that is read. The time off its CPU counts from the
+    /// epoch's start or its last such gap, so a preemption counts for one
+    /// gap only.
+    fn preempted(
+        &mut self,
+        rules: &Rules,
+        gap_ns: f64,
+        off_cpu: impl Fn() -> Option<OffCpu>,
+    ) -> bool {
+        let (Some(then), Some(now)) = (self.off_cpu_at_start, off_cpu()) else {
+            return false;
+        };
+        let waited_ns = now.off_cpu_ns.wrapping_sub(then.off_cpu_ns) as f64;
+        let preempted = now.blocks == then.blocks && waited_ns >= gap_ns - rules.gap_ns;
+        if preempted {
+            self.off_cpu_at_start = Some(now);
+        }
+        preempted
     }
 
     fn score(&mut self, rules: &Rules, cost: f64) {
@@ -265,7 +345,7 @@ pub(crate) mod tests {
         let mut now = trials.next.max(1);
         let mut other_epochs = 0;
         for _ in 0..epochs {
-            let other = trials.job(rules, now, 50e3, 1.0);
+            let other = trials.job(rules, now, 50e3, 1.0, || None);
             other_epochs += usize::from(other);
             // The epoch's wall time scales with its arm's cost.
             let step = (50e3 * cost(other)) as u64;
@@ -282,7 +362,7 @@ pub(crate) mod tests {
             now += step;
             for _ in 0..rest {
                 assert_eq!(
-                    trials.job(rules, now, 50e3, 1.0),
+                    trials.job(rules, now, 50e3, 1.0, || None),
                     other,
                     "one arm per epoch"
                 );
@@ -405,20 +485,139 @@ pub(crate) mod tests {
         let mut trials = Trials::default();
         let mut now = 1_000u64;
         for _ in 0..FIXED.epoch_jobs {
-            trials.job(&FIXED, now, 50e3, 1.0);
+            trials.job(&FIXED, now, 50e3, 1.0, || None);
             now += 100_000;
         }
         // A pause longer than the gap, then the epoch would have ended.
         now += (FIXED.gap_ns as u64) * 2 + FIXED.epoch_ns as u64;
-        trials.job(&FIXED, now, 50e3, 1.0);
+        trials.job(&FIXED, now, 50e3, 1.0, || None);
         assert_eq!(trials.epochs, [0, 0]);
         assert_eq!(trials.cost, [None, None]);
+    }
+
+    /// Runs an epoch's jobs with a gap of twice [`Rules::gap_ns`] after the
+    /// first, the caller's thread read as `(blocks, ms off its CPU)` from
+    /// `reads` (the first when the epoch begins, the second at the gap):
+    /// returns the epochs scored, one if the epoch counted the gap (the
+    /// jobs after it alone are too few for an epoch).
+    fn epoch_with_a_gap(reads: &[Option<(u64, u64)>]) -> [u64; 2] {
+        let read = std::cell::Cell::new(0);
+        let off_cpu = || {
+            let next = reads[read.get().min(reads.len() - 1)];
+            read.set(read.get() + 1);
+            next.map(|(blocks, ms)| OffCpu {
+                blocks,
+                off_cpu_ns: ms * 1_000_000,
+            })
+        };
+        let mut trials = Trials::default();
+        let mut now = 1_000u64;
+        trials.job(&FIXED, now, 50e3, 1.0, off_cpu);
+        now += (FIXED.gap_ns as u64) * 2;
+        // Long enough an epoch counting the gap, too short one after it.
+        let step = (FIXED.epoch_ns as u64 - FIXED.gap_ns as u64) / u64::from(FIXED.epoch_jobs);
+        for _ in 0..=FIXED.epoch_jobs {
+            trials.job(&FIXED, now, 50e3, 1.0, off_cpu);
+            now += step;
+        }
+        trials.epochs
+    }
+
+    #[test]
+    fn an_epoch_with_a_gap_the_caller_waited_for_a_cpu_through_is_scored() {
+        // A 4 ms gap, 2 ms over the rule's: the thread waited 3 ms.
+        assert_eq!(epoch_with_a_gap(&[Some((7, 10)), Some((7, 13))]), [1, 0]);
+    }
+
+    #[test]
+    fn an_epoch_with_a_gap_the_caller_blocked_in_is_dropped() {
+        assert_eq!(epoch_with_a_gap(&[Some((7, 10)), Some((8, 13))]), [0, 0]);
+    }
+
+    #[test]
+    fn an_epoch_with_a_gap_the_caller_spent_running_other_code_is_dropped() {
+        assert_eq!(epoch_with_a_gap(&[Some((7, 10)), Some((7, 11))]), [0, 0]);
+    }
+
+    #[test]
+    fn where_the_system_does_not_say_a_gap_drops_the_epoch() {
+        assert_eq!(epoch_with_a_gap(&[None]), [0, 0]);
+    }
+
+    /// The count the gap rule reads, in the settings it tells apart: a
+    /// caller asleep (an engine's pause) blocked; one that a busy
+    /// process on its CPU preempted, or that slept at a pool's join, did
+    /// not.
+    #[cfg(target_os = "linux")]
+    #[test]
+    #[cfg_attr(miri, ignore = "Miri does not run other processes")]
+    fn a_caller_that_sleeps_blocks_outside_the_pool_and_one_preempted_or_parked_at_a_join_does_not()
+    {
+        use std::time::{Duration, Instant};
+
+        let blocks = || {
+            OffCpu::now()
+                .expect("Linux counts a thread's blocks")
+                .blocks
+        };
+        testkit::watched("blocks outside the pool", move |stage| {
+            stage.set("sleeping 1 ms");
+            let before = blocks();
+            std::thread::sleep(Duration::from_millis(1));
+            assert_ne!(blocks(), before, "a sleep is a block");
+
+            stage.set("a job whose worker keeps the caller waiting 20 ms");
+            // A fixed budget: the worker takes its share whatever the
+            // load and the other tests' callers.
+            let pool = crate::Pool::builder()
+                .workers(1)
+                .spin_policy(crate::SpinPolicy::Fixed(0))
+                .build()
+                .unwrap();
+            pool.run(|_, _| {});
+            let before = blocks();
+            let parks = crate::sleep::parks_in_pool();
+            pool.run(|participant, participants| {
+                // The caller is the last participant.
+                if participant + 1 < participants {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            });
+            assert!(
+                crate::sleep::parks_in_pool() > parks,
+                "the caller never slept at its join"
+            );
+            assert_eq!(blocks(), before, "a park at a join is the pool's");
+
+            stage.set("spinning beside a busy process pinned to this CPU");
+            let cpu = pool_topo::process_affinity_cpus()[0];
+            let busy = testkit::BusyProcesses::start(1).expect("a busy process");
+            pool_topo::pin_thread(busy.pids()[0], &[cpu]).expect("pin the busy process");
+            pool_topo::pin_current_thread(&[cpu]).expect("pin the test thread");
+            let start = crate::timeslice::Look::now().unwrap();
+            let before = OffCpu::now().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while crate::timeslice::Look::now().unwrap().involuntary < start.involuntary + 3 {
+                assert!(
+                    Instant::now() < deadline,
+                    "not preempted 3 times in 20 s beside a busy process on CPU {cpu}"
+                );
+                std::hint::spin_loop();
+            }
+            let after = OffCpu::now().unwrap();
+            assert_eq!(after.blocks, before.blocks, "a preemption is not a block");
+            let waited = Duration::from_nanos(after.off_cpu_ns - before.off_cpu_ns);
+            assert!(
+                waited >= Duration::from_millis(1),
+                "preempted 3 times beside a busy process, off the CPU for only {waited:?}"
+            );
+        });
     }
 
     #[test]
     fn a_job_without_an_estimate_runs_the_default_way_and_is_not_counted() {
         let trials = ArmTrials::new(FIXED);
-        assert!(!trials.job(1_000, 0, 1.0));
+        assert!(!trials.job(1_000, 0, 1.0, false));
         assert_eq!(trials.trials().cost, [None, None]);
         assert_eq!(trials.trials().jobs, 0);
     }

@@ -60,10 +60,20 @@ impl WakeTrials {
     /// thread `expected_ns`: counts it in the running epoch and says
     /// whether to wake the parked workers too (`contention.rs` asks for
     /// every such job, long or short, so an epoch's expected time covers
-    /// all its jobs). No estimate (0): no score, and no wake.
+    /// all its jobs). `caller_short_of_a_cpu`: the load leaves the caller
+    /// itself short of one (`load::caller_short_of_a_cpu`), and the
+    /// epochs score the gaps it spends waiting for it (`trials.rs`). No
+    /// estimate (0): no score, and no wake.
     #[inline]
-    pub(crate) fn wake_parked(&self, now: u64, expected_ns: u64, ns_per_tick: f64) -> bool {
-        self.0.job(now, expected_ns, ns_per_tick)
+    pub(crate) fn wake_parked(
+        &self,
+        now: u64,
+        expected_ns: u64,
+        ns_per_tick: f64,
+        caller_short_of_a_cpu: bool,
+    ) -> bool {
+        self.0
+            .job(now, expected_ns, ns_per_tick, caller_short_of_a_cpu)
     }
 
     /// Epochs scored so far: `[awake workers only, parked ones woken]`
