@@ -23,7 +23,10 @@
 //! preferred gets one epoch in 16, so a change in the load that makes
 //! waking pay is seen within about a second (a change that makes it
 //! cost, within one epoch). An epoch with a gap longer than 2 ms between
-//! jobs (the engine paused, or the load went away) is dropped.
+//! jobs (the engine paused, or the load went away) is dropped, unless the
+//! load leaves the caller itself short of a CPU and the caller spent the
+//! gap waiting for one (`trials.rs`); there long jobs go by the trials
+//! too, instead of always waking the parked workers (`contention.rs`).
 
 use crate::trials::{ArmTrials, Rules};
 
