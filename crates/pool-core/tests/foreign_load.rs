@@ -167,6 +167,15 @@ fn assert_woke_the_parked_worker(width: usize, grains: usize, s: &pool_core::Poo
     );
 }
 
+/// One row job beside busy CPUs ran on the caller alone: the parked
+/// worker was neither invited nor woken.
+#[cfg(target_os = "linux")]
+fn assert_left_the_parked_worker_asleep(width: usize, grains: usize, s: &pool_core::PoolStats) {
+    assert_eq!(grains, 1, "the caller ran it alone");
+    assert_eq!(width, 1, "a parked worker was invited: {s}");
+    assert_eq!(s.unparks, 0, "{s}");
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 #[cfg_attr(miri, ignore = "Miri does not run other processes")]
@@ -182,9 +191,7 @@ fn with_no_cpu_left_by_other_processes_a_short_row_job_does_not_wake_a_parked_wo
     ) else {
         return;
     };
-    assert_eq!(grains, 1, "the caller ran it alone");
-    assert_eq!(width, 1, "a parked worker was invited: {s}");
-    assert_eq!(s.unparks, 0, "{s}");
+    assert_left_the_parked_worker_asleep(width, grains, &s);
 }
 
 #[cfg(target_os = "linux")]
@@ -220,9 +227,7 @@ fn with_the_caller_itself_short_of_a_cpu_a_long_row_job_leaves_a_parked_worker_t
     ) else {
         return;
     };
-    assert_eq!(grains, 1, "the caller ran it alone");
-    assert_eq!(width, 1, "a parked worker was invited: {s}");
-    assert_eq!(s.unparks, 0, "{s}");
+    assert_left_the_parked_worker_asleep(width, grains, &s);
 }
 
 #[cfg(target_os = "linux")]
