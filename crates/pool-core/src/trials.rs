@@ -575,19 +575,28 @@ pub(crate) mod tests {
                 .build()
                 .unwrap();
             pool.run(|_, _| {});
-            let before = blocks();
-            let parks = crate::sleep::parks_in_pool();
-            pool.run(|participant, participants| {
-                // The caller is the last participant.
-                if participant + 1 < participants {
-                    std::thread::sleep(Duration::from_millis(20));
+            // On a loaded machine each of the caller's yields before it
+            // parks may wait a time slice: longer waits until it parks.
+            let mut wait = Duration::from_millis(20);
+            loop {
+                let before = blocks();
+                let parks = crate::sleep::parks_in_pool();
+                pool.run(|participant, participants| {
+                    // The caller is the last participant.
+                    if participant + 1 < participants {
+                        std::thread::sleep(wait);
+                    }
+                });
+                if crate::sleep::parks_in_pool() > parks {
+                    assert_eq!(blocks(), before, "a park at a join is the pool's");
+                    break;
                 }
-            });
-            assert!(
-                crate::sleep::parks_in_pool() > parks,
-                "the caller never slept at its join"
-            );
-            assert_eq!(blocks(), before, "a park at a join is the pool's");
+                assert!(
+                    wait < Duration::from_secs(2),
+                    "the caller never slept at its join, up to a {wait:?} wait"
+                );
+                wait *= 2;
+            }
 
             stage.set("spinning beside a busy process pinned to this CPU");
             let cpu = pool_topo::process_affinity_cpus()[0];
