@@ -106,7 +106,8 @@ pub const MIN_SAMPLE: Duration = Duration::from_millis(20);
 /// 20-40 %: beside three busy processes, the pool running every job
 /// inline and the serial loop (the same work) read 0.87-1.13x each other
 /// in 20 ms samples and 0.97-1.05x in 100 ms ones (three runs each). With
-/// two callers, stories110M Q4_0: the pool 0.87-1.16x the best of rayon
+/// two callers in lock step ([`two_callers`] before it decoded
+/// continuously), stories110M Q4_0: the pool 0.87-1.16x the best of rayon
 /// and serial and sample spreads of 33-88 % in 20 ms samples (three
 /// runs), 0.96-1.17x and 18-58 % in 120 ms ones (three runs).
 pub const NEIGHBOUR_SAMPLE: Duration = Duration::from_millis(120);
@@ -707,18 +708,18 @@ impl Scenario {
 /// and the time runs until both have ended their last call.
 ///
 /// Before, the callers decoded in lock step, three tokens a call, with
-/// a barrier after each call, and the timing thread timed each call
-/// from its own pass of the barrier. With both CPUs taken by the two
-/// callers, that thread itself waited for a CPU to start the clock, and
-/// how long decided the sample: the same executor's samples fell into two
+/// a barrier after each call, and a third thread timed each call from
+/// its own pass of the barrier. Released by the last caller to arrive,
+/// that thread then waited for a CPU the two callers held, and the clock
+/// started late by as long: the same executor's samples fell into two
 /// groups 1.5x apart (stories15M Q4_0: 4,300 and 6,300 tokens/s), two
-/// serial callers read 2.1-3.2x one serial caller (more than 2 CPUs
-/// give), and the pool, running inline as the serial loop does, read
-/// 0.94-1.07x it from run to run. Decoding continuously and timed by the
-/// callers themselves, in interleaved runs: sample spreads of 3-28 %
-/// against 40-95 %, and the pool at 0.97-1.00x the serial loop, each
-/// run's 90 % interval within 2 % (docs/benchmarks.md, "Two callers
-/// decoding continuously").
+/// serial callers read 10-45 % more tokens/s than the same callers
+/// decoding continuously, and the pool, running inline as the serial
+/// loop does, read 0.95-1.21x it from run to run. Decoding continuously
+/// and timed by the callers themselves, in interleaved runs: sample
+/// spreads of 3-28 % against 34-95 %, and the pool at 0.97-1.00x the
+/// serial loop with each run's 90 % interval within 2 % of its reading
+/// (docs/benchmarks.md, "Two callers decoding continuously").
 fn two_callers(
     executors: [&Built; 2],
     exec: Exec,
