@@ -27,6 +27,11 @@
 //! most, and it is tried least), and one at once when the preferred
 //! arm's cost rose by 15 % since it was last tried: a stretch of slow
 //! transfers shows in the dispatching arm's cost within an epoch or two.
+//! An epoch that a pause cuts short is scored once it ran 1 ms and 32
+//! jobs: where the decode pauses every few tens of milliseconds, most
+//! inline tries were cut and dropped, each costing an inline stretch and
+//! teaching nothing, and the adaptive pool decoded at 0.94-0.98x a fixed
+//! budget on an idle machine (docs/design.md, "Forking by trial").
 
 use crate::trials::{ArmTrials, Rules};
 
@@ -34,6 +39,7 @@ const RULES: Rules = Rules {
     epoch_ns: 6e6,
     epoch_jobs: 32,
     gap_ns: 2e6,
+    cut_epoch_ns: 1e6,
     margin: 0.03,
     explore_every: 16,
     explore_far_every: 64,
@@ -202,6 +208,46 @@ mod tests {
         }
         assert_eq!(trials.epochs[1], 0);
         assert!(inline_epochs <= 8, "inline in {inline_epochs} of 64 epochs");
+    }
+
+    /// Runs the tenth epoch (the first inline try) for `jobs` jobs of
+    /// 50 µs after its lead-in, then pauses, and returns the trials.
+    fn first_try_cut_after(jobs: u32) -> Trials {
+        let mut trials = Trials::default();
+        run(&mut trials, &RULES, 9, |_| 0.55);
+        // 1 tick = 1 ns; each job and the code after it take 50 µs.
+        let mut now = trials.next;
+        assert!(
+            trials.job(&RULES, now, 50e3, 1.0, || None),
+            "the tenth epoch tries inline"
+        );
+        for _ in 0..RULES.lead_in_jobs + jobs {
+            now += 50_000;
+            trials.job(&RULES, now, 50e3, 1.0, || None);
+        }
+        now += 3 * RULES.gap_ns as u64;
+        trials.job(&RULES, now, 50e3, 1.0, || None);
+        trials
+    }
+
+    #[test]
+    fn a_try_that_a_pause_cuts_short_after_enough_jobs_is_scored() {
+        // 40 jobs, 2 ms: past `cut_epoch_ns` (1 ms), short of an epoch.
+        let trials = first_try_cut_after(40);
+        assert_eq!(trials.epochs[1], 1, "the inline try was not scored");
+        let inline = trials.cost[1].unwrap();
+        assert!(
+            (inline - 1.0).abs() < 0.01,
+            "the inline try cost {inline:.2}"
+        );
+    }
+
+    #[test]
+    fn a_try_that_a_pause_cuts_short_at_once_is_not_scored() {
+        // 18 jobs, 0.9 ms: too few to tell.
+        let trials = first_try_cut_after(18);
+        assert_eq!(trials.epochs[1], 0);
+        assert_eq!(trials.cost[1], None);
     }
 
     #[test]

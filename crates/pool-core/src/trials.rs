@@ -18,7 +18,10 @@
 //! in the machine that makes the preferred arm cost shows within an
 //! epoch or two. An epoch with a gap longer than [`Rules::gap_ns`]
 //! between jobs (the engine paused, or the jobs went elsewhere) is
-//! dropped, not scored; where other processes leave the caller itself
+//! dropped, not scored, unless it had run for [`Rules::cut_epoch_ns`]
+//! and [`Rules::epoch_jobs`] jobs (the fork trials: then it is scored
+//! over the jobs before its last, whose end is not seen); where other
+//! processes leave the caller itself
 //! short of a CPU (`load::caller_short_of_a_cpu`), unless the caller's
 //! thread spent the gap waiting for one: it did not block outside the
 //! pool's own waits since the epoch began, and its time off its CPU grew
@@ -45,8 +48,12 @@ pub(crate) struct Rules {
     /// The fewest jobs in an epoch.
     pub(crate) epoch_jobs: u32,
     /// A longer gap between two jobs, in ns, ends an epoch unscored
-    /// (but see [`ArmTrials::job`]).
+    /// (but see [`ArmTrials::job`] and [`Rules::cut_epoch_ns`]).
     pub(crate) gap_ns: f64,
+    /// An epoch a gap cuts short is still scored, over the jobs before its
+    /// last, once they span this long (ns) and [`Rules::epoch_jobs`];
+    /// `INFINITY`: never.
+    pub(crate) cut_epoch_ns: f64,
     /// How much cheaper the other way must be to be preferred.
     pub(crate) margin: f64,
     /// One epoch in this many goes to the arm not preferred...
@@ -119,6 +126,8 @@ pub(crate) struct Trials {
     /// The epoch's jobs and the sum of their expected times.
     jobs: u32,
     expected_ns: f64,
+    /// The latest job's expected time.
+    latest_expected_ns: f64,
     /// Moving average of wall ns per expected ns: `[default, other]`.
     pub(crate) cost: [Option<f64>; 2],
     /// Epochs scored per arm: `[default, other]`.
@@ -211,6 +220,13 @@ impl Trials {
             let since_latest = now.wrapping_sub(self.latest) as f64 * ns_per_tick;
             let elapsed = now.wrapping_sub(self.started) as f64 * ns_per_tick;
             if since_latest > rules.gap_ns && !self.preempted(rules, since_latest, &off_cpu) {
+                // The jobs before the latest, and the code between them, ran
+                // from `started` to `latest`: the latest one's end is not
+                // known.
+                let cut_ns = self.latest.wrapping_sub(self.started) as f64 * ns_per_tick;
+                if cut_ns >= rules.cut_epoch_ns && self.jobs > rules.epoch_jobs {
+                    self.score(rules, cut_ns / (self.expected_ns - self.latest_expected_ns));
+                }
                 self.started = 0;
                 self.last_arm = None;
             } else if elapsed >= rules.epoch_ns && self.jobs >= rules.epoch_jobs {
@@ -240,6 +256,7 @@ impl Trials {
         self.latest = now;
         self.jobs += 1;
         self.expected_ns += expected_ns;
+        self.latest_expected_ns = expected_ns;
         self.other
     }
 

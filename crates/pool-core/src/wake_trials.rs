@@ -37,6 +37,7 @@ pub(crate) const RULES: Rules = Rules {
     epoch_ns: 12e6,
     epoch_jobs: 32,
     gap_ns: 2e6,
+    cut_epoch_ns: f64::INFINITY,
     margin: 0.03,
     explore_every: 16,
     explore_far_every: 16,
