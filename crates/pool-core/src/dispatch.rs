@@ -547,7 +547,7 @@ impl Shared {
         };
         if invited == 0 && asked > 0 && !inside_this {
             // Outside the turn: callers sharing the pool count at once.
-            self.caller_counters.inline.add_shared(1);
+            self.caller_counters.inline.add(1);
         }
         let nested_here = if self.has_bug(SeededBug::NestingSeesInnermostOnly) {
             ACTIVE_POOLS.with(|active| active.borrow().last() == Some(&id))

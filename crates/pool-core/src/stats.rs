@@ -1,16 +1,21 @@
 //! Telemetry: per-pool counters, always on, off the hot path's critical
 //! cost. Each worker's counters sit on a line only that worker writes (not
 //! the `parked` line the caller reads on dispatch); the callers' counters sit
-//! on a line written only by the turn holder. All are single-writer
-//! (load + store, no locked instruction) and summed when read. They are
-//! statistics, not protocol: plain `std` atomics even under loom.
+//! on a line written only by the turn holder. Those are single-writer
+//! (load + store, no locked instruction) and summed when read. The one
+//! count callers keep outside the turn, jobs they ran inline, has a line
+//! per caller ([`StripedCounter`]). They are statistics, not protocol:
+//! plain `std` atomics even under loom.
 
+use std::cell::Cell;
 use std::fmt;
 
-use crate::sync::process::{AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
 
-/// An event counter, single-writer ([`Counter::add`]) but for the one
-/// that callers write outside the turn lock ([`Counter::add_shared`]).
+use crate::sync::process::{AtomicU64, AtomicUsize, Ordering};
+
+/// An event counter with one writer at a time (callers outside the turn
+/// lock write a [`StripedCounter`]).
 #[derive(Default)]
 pub(crate) struct Counter(AtomicU64);
 
@@ -23,15 +28,50 @@ impl Counter {
         self.0.store(value.wrapping_add(n), Ordering::Relaxed);
     }
 
-    /// Adds `n` where several threads may write at once (a read-modify-
-    /// write: a load and a store would lose another writer's count).
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Stripes of a [`StripedCounter`]: callers beyond this many share them.
+const STRIPES: usize = 4;
+
+/// Stripes handed out so far (a thread's stripe is this modulo [`STRIPES`]).
+static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+
+crate::sync::process::thread_local! {
+    /// This thread's stripe, `usize::MAX` until its first add.
+    static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// An event counter that several threads add to at once, outside any lock:
+/// each adds to its own stripe, a line of its own, and a read sums them.
+/// With one line, two callers running jobs inline on one pool passed it
+/// between their cores at every job (a read-modify-write that misses).
+#[derive(Default)]
+pub(crate) struct StripedCounter([CachePadded<AtomicU64>; STRIPES]);
+
+impl StripedCounter {
+    /// Adds `n` to the calling thread's stripe (a read-modify-write: more
+    /// than [`STRIPES`] threads share stripes).
     #[inline]
-    pub(crate) fn add_shared(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
+    pub(crate) fn add(&self, n: u64) {
+        // `try_with`: from a thread-local destructor, stripe 0.
+        let stripe = STRIPE
+            .try_with(|stripe| {
+                if stripe.get() == usize::MAX {
+                    stripe.set(NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % STRIPES);
+                }
+                stripe.get()
+            })
+            .unwrap_or(0);
+        self.0[stripe].fetch_add(n, Ordering::Relaxed);
     }
 
     fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.iter().fold(0, |sum, stripe| {
+            sum.wrapping_add(stripe.load(Ordering::Relaxed))
+        })
     }
 }
 
@@ -63,8 +103,8 @@ pub(crate) struct CallerCounters {
     pub(crate) wait_histogram: [Counter; 6],
     pub(crate) panics: Counter,
     pub(crate) moves: Counter,
-    /// Written outside the turn lock: `add_shared` only.
-    pub(crate) inline: Counter,
+    /// Written outside the turn lock, by every caller at once.
+    pub(crate) inline: StripedCounter,
     pub(crate) withdrawn: Counter,
 }
 
@@ -272,4 +312,32 @@ pub(crate) fn snapshot<'a>(
         stats.turn_yields += w.turn_yields.get();
     }
     stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_striped_counter_counts_every_add_of_threads_adding_at_once() {
+        testkit::watched("threads adding to one striped counter", |stage| {
+            // Assigned in turn, two threads share each stripe.
+            const THREADS: u64 = 2 * STRIPES as u64;
+            let adds: u64 = if cfg!(miri) { 200 } else { 500_000 };
+            let counter = StripedCounter::default();
+            let start = std::sync::Barrier::new(THREADS as usize);
+            stage.set("adding");
+            std::thread::scope(|scope| {
+                for _ in 0..THREADS {
+                    scope.spawn(|| {
+                        start.wait();
+                        for _ in 0..adds {
+                            counter.add(1);
+                        }
+                    });
+                }
+            });
+            assert_eq!(counter.get(), THREADS * adds);
+        });
+    }
 }
