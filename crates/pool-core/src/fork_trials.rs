@@ -210,17 +210,24 @@ mod tests {
         assert!(inline_epochs <= 8, "inline in {inline_epochs} of 64 epochs");
     }
 
-    /// Runs the tenth epoch (the first inline try) for `jobs` jobs of
-    /// 50 µs after its lead-in, then pauses, and returns the trials.
-    fn first_try_cut_after(jobs: u32) -> Trials {
+    /// Nine epochs where forking pays, then the tenth's first job, which
+    /// tries inline: the trials and that job's time (1 tick = 1 ns).
+    fn at_the_first_inline_try() -> (Trials, u64) {
         let mut trials = Trials::default();
         run(&mut trials, &RULES, 9, |_| 0.55);
-        // 1 tick = 1 ns; each job and the code after it take 50 µs.
-        let mut now = trials.next;
+        let now = trials.next;
         assert!(
             trials.job(&RULES, now, 50e3, 1.0, || None),
             "the tenth epoch tries inline"
         );
+        (trials, now)
+    }
+
+    /// Runs the first inline try for `jobs` jobs of 50 µs after its
+    /// lead-in, then pauses, and returns the trials.
+    fn first_try_cut_after(jobs: u32) -> Trials {
+        let (mut trials, mut now) = at_the_first_inline_try();
+        // Each job and the code after it take 50 µs.
         for _ in 0..RULES.lead_in_jobs + jobs {
             now += 50_000;
             trials.job(&RULES, now, 50e3, 1.0, || None);
@@ -252,15 +259,9 @@ mod tests {
 
     #[test]
     fn the_jobs_that_change_arms_are_not_timed() {
-        let mut trials = Trials::default();
-        run(&mut trials, &RULES, 9, |_| 0.55);
-        // 1 tick = 1 ns. The tenth epoch runs inline; its first 16 jobs
-        // take 1.5 ms each (caches refilled on the caller's CPU), then 50 µs.
-        let mut now = trials.next;
-        assert!(
-            trials.job(&RULES, now, 50e3, 1.0, || None),
-            "the tenth epoch tries inline"
-        );
+        // The tenth epoch runs inline; its first 16 jobs take 1.5 ms each
+        // (caches refilled on the caller's CPU), then 50 µs.
+        let (mut trials, mut now) = at_the_first_inline_try();
         for _ in 0..16 {
             now += 1_500_000;
             assert!(trials.job(&RULES, now, 50e3, 1.0, || None));
