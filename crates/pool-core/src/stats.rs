@@ -321,7 +321,8 @@ mod tests {
     #[test]
     fn a_striped_counter_counts_every_add_of_threads_adding_at_once() {
         testkit::watched("threads adding to one striped counter", |stage| {
-            // Assigned in turn, two threads share each stripe.
+            // Twice the stripes: threads share stripes, as more callers
+            // than stripes do.
             const THREADS: u64 = 2 * STRIPES as u64;
             let adds: u64 = if cfg!(miri) { 200 } else { 500_000 };
             let counter = StripedCounter::default();
