@@ -128,7 +128,7 @@ enum Command {
         /// One JSON object instead of text (schema: docs/cli.md).
         #[arg(long)]
         json: bool,
-        /// The run as the Markdown table docs/benchmarks.md opens with
+        /// The run as the Markdown table of docs/benchmarks.md's default run
         /// (machine, commit, command, contamination, then the figures).
         #[arg(long, conflicts_with_all = ["json", "peers", "scenarios", "llama_cpp"])]
         markdown: bool,
