@@ -57,10 +57,16 @@ impl Shared {
     /// none: a worker that ends its turns between jobs only adds its share.
     /// Where the caller itself waits for its CPU, long jobs go by the
     /// trials too: beside three busy processes on 2 CPUs, waking for
-    /// every long job cost 5-12 % of the decode. The measurements behind
-    /// each rule: docs/design.md, "Withdrawable invitations", "Yielding at
-    /// the end of a turn", "Waking by trial", "Waking for long jobs beside
-    /// three busy processes" and "Forking by trial".
+    /// every long job cost 5-12 % of the decode. Where it has waited for
+    /// one in every sample of the last 150 ms (`load::steadily_short_of_a_cpu`:
+    /// processes that never block hold every CPU), the caller runs the job
+    /// alone, as a serial loop would: the trials' 12 ms epochs vary there
+    /// by more than their margin, and the workers they invited cost
+    /// stories110M Q4_0 2-7 % against the serial loop. The measurements
+    /// behind each rule: docs/design.md, "Withdrawable invitations",
+    /// "Yielding at the end of a turn", "Waking by trial", "Waking for long
+    /// jobs beside three busy processes", "The caller alone beside steady
+    /// load" and "Forking by trial".
     #[inline]
     pub(crate) fn fit_optional(
         &self,
@@ -82,6 +88,13 @@ impl Shared {
                 return 0;
             }
             return invited;
+        }
+        if load::steadily_short_of_a_cpu(self.settings.usable_cpus) {
+            // Other processes hold every CPU, the caller's too, and keep
+            // them: a worker only adds a thread for the scheduler to share
+            // them with, and a join waits whenever it is preempted inside
+            // a grain. The caller alone is a serial loop.
+            return 0;
         }
         // Every job beside foreign load counts in the trials, long or short,
         // worker parked or not: an epoch's cost covers all its time.

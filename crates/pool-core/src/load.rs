@@ -28,6 +28,11 @@ static LAST_SYSTEM_JIFFIES: AtomicU64 = AtomicU64::new(0);
 static LAST_PROCESS_US: AtomicU64 = AtomicU64::new(0);
 /// CPUs other processes kept busy over the last interval, as f64 bits.
 static FOREIGN_CPUS: AtomicU64 = AtomicU64::new(0);
+/// The two samples before the last, unsmoothed, as f64 bits.
+static EARLIER_SAMPLES: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+/// The least of the last three samples, unsmoothed, as f64 bits
+/// ([`least_recent_foreign_cpus`]).
+static LEAST_RECENT: AtomicU64 = AtomicU64::new(0);
 
 /// Refreshes of the process's CPU set by the load sampler (once a second
 /// at most).
@@ -36,6 +41,15 @@ static CPU_SET_REFRESHES: AtomicU64 = AtomicU64::new(0);
 /// CPUs other processes kept busy over the last sampled interval.
 pub fn foreign_cpus() -> f64 {
     f64::from_bits(FOREIGN_CPUS.load(Ordering::Relaxed))
+}
+
+/// The least foreign load of the last three samples (150 ms or more),
+/// each unsmoothed: high only where the load stayed high throughout, as
+/// beside processes that never block, and not where it comes and goes,
+/// as beside another decoding pool, whose samples on 2 CPUs swing
+/// between 1.0 and 1.4 ([`steadily_short_of_a_cpu`]).
+pub(crate) fn least_recent_foreign_cpus() -> f64 {
+    f64::from_bits(LEAST_RECENT.load(Ordering::Relaxed))
 }
 
 /// How many times the load sampler has read the process's CPU set, the
@@ -82,6 +96,20 @@ fn sample(interval_ns: f64, first: bool) {
     // in ticks, and over 50 ms its rounding alone is worth ~0.2 CPU.
     let smoothed = 0.5 * foreign_cpus() + 0.5 * sample;
     FOREIGN_CPUS.store(smoothed.to_bits(), Ordering::Relaxed);
+    // One sampler at a time (the exchange in `maybe_sample`); the three
+    // stores are a hint, read without a lock.
+    let earlier = [0, 1].map(|i| f64::from_bits(EARLIER_SAMPLES[i].load(Ordering::Relaxed)));
+    let (earlier, least) = shift_in(earlier, sample);
+    for (slot, value) in EARLIER_SAMPLES.iter().zip(earlier) {
+        slot.store(value.to_bits(), Ordering::Relaxed);
+    }
+    LEAST_RECENT.store(least.to_bits(), Ordering::Relaxed);
+}
+
+/// The two samples before `sample` become `[sample, earlier[0]]`; returns
+/// them and the least of the three.
+fn shift_in(earlier: [f64; 2], sample: f64) -> ([f64; 2], f64) {
+    ([sample, earlier[0]], sample.min(earlier[0]).min(earlier[1]))
 }
 
 /// CPUs other processes kept busy over an interval of `interval_ns`, from
@@ -107,10 +135,22 @@ pub(crate) fn crowded(foreign: f64, pool_threads: usize, usable_cpus: usize) -> 
 /// besides its own (on 2 CPUs, more than 1.25). Beside one busy process
 /// on 2 CPUs the sample reads 0.6-1.05; beside three, 1.4-1.65. The
 /// caller then waits for its CPU for whole time slices at a time, and
-/// the wake trials score those waits (`trials.rs`).
+/// the wake trials score those waits (`trials.rs`); where it stays short
+/// ([`steadily_short_of_a_cpu`]), its withdrawable jobs run on it alone.
 #[inline]
 pub(crate) fn caller_short_of_a_cpu(foreign: f64, usable_cpus: usize) -> bool {
     foreign > 0.5 && foreign > usable_cpus as f64 - 0.75
+}
+
+/// Whether the caller has been short of a CPU ([`caller_short_of_a_cpu`])
+/// in each of the last three samples and in the smoothed load: other
+/// processes hold every CPU and do not let go, as three busy processes
+/// on 2 CPUs do. A withdrawable job then runs on the caller alone
+/// (`contention.rs`).
+#[inline]
+pub(crate) fn steadily_short_of_a_cpu(usable_cpus: usize) -> bool {
+    caller_short_of_a_cpu(foreign_cpus(), usable_cpus)
+        && caller_short_of_a_cpu(least_recent_foreign_cpus(), usable_cpus)
 }
 
 /// The workers a job may invite when other processes keep `foreign` CPUs
@@ -320,6 +360,25 @@ intr 1 2 3
         // 1 CPU: any load beyond the noise.
         assert!(!caller_short_of_a_cpu(0.5, 1));
         assert!(caller_short_of_a_cpu(0.6, 1));
+    }
+
+    #[test]
+    fn the_least_recent_load_is_the_least_of_the_last_three_samples() {
+        // Beside another decoding pool: one high sample among lower ones.
+        let (earlier, least) = shift_in([1.05, 1.4], 1.1);
+        assert_eq!(earlier, [1.1, 1.05]);
+        assert_eq!(least, 1.05);
+        assert!(!caller_short_of_a_cpu(least, 2));
+        // Beside three busy processes: high throughout.
+        let (earlier, least) = shift_in([1.6, 1.45], 1.5);
+        assert_eq!(earlier, [1.5, 1.6]);
+        assert_eq!(least, 1.45);
+        assert!(caller_short_of_a_cpu(least, 2));
+        // A low sample counts for three samples, then leaves.
+        let (earlier, least) = shift_in([1.5, 0.2], 1.5);
+        assert_eq!(least, 0.2);
+        let (_, least) = shift_in(earlier, 1.5);
+        assert_eq!(least, 1.5);
     }
 
     #[test]

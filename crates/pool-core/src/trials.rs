@@ -33,7 +33,10 @@
 //! (a serial loop between the pool's jobs) was paused. Where the caller
 //! has its CPU the rule is not used: beside one busy process on 2 CPUs,
 //! scoring such gaps cost stories15M Q4_0 3-6 % (docs/design.md, "Waking
-//! for long jobs beside three busy processes").
+//! for long jobs beside three busy processes"). Where the caller stays
+//! short sample after sample, as beside three busy processes, its jobs no
+//! longer reach the trials (`contention.rs`); the rule serves a load that
+//! comes and goes, such as another process's decoding pool.
 //!
 //! Only the caller that holds the lock scores; another caller of the same
 //! pool meanwhile gets the default.

@@ -67,6 +67,21 @@ fn one_row_job_beside_busy_cpus(
     expected: std::time::Duration,
     nice: i32,
 ) -> Option<(usize, usize, pool_core::PoolStats)> {
+    row_jobs_beside_busy_cpus(name, load, expected, nice, 1, std::time::Duration::ZERO)
+}
+
+/// As [`one_row_job_beside_busy_cpus`] for `jobs` row jobs in a row, each
+/// keeping its first participant busy for `busy_for`; the width is the
+/// widest job's.
+#[cfg(target_os = "linux")]
+fn row_jobs_beside_busy_cpus(
+    name: &'static str,
+    load: Load,
+    expected: std::time::Duration,
+    nice: i32,
+    jobs: usize,
+    busy_for: std::time::Duration,
+) -> Option<(usize, usize, pool_core::PoolStats)> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
@@ -113,7 +128,18 @@ fn one_row_job_beside_busy_cpus(
         let seen = || no_cpu_left() && caller_short() == (load == Load::NoCpuForTheCaller);
         let start = Instant::now();
         let deadline = start + Duration::from_secs(20);
-        while !seen() {
+        // Seen for four samples in a row (50 ms apart): the pool reads a
+        // caller short of its CPU in each of the last three as steady load.
+        let mut seen_since: Option<Instant> = None;
+        let steady = Duration::from_millis(250);
+        while seen_since.is_none_or(|since| since.elapsed() < steady) {
+            if seen() {
+                seen_since.get_or_insert_with(Instant::now);
+                pool.run(|_, _| {});
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            seen_since = None;
             // The sample settles within a second or two: 5 s of more load
             // than the setting is the machine's own, not a slow sample.
             let overrun = load == Load::NoCpuForAWorker && caller_short();
@@ -141,12 +167,18 @@ fn one_row_job_beside_busy_cpus(
             if !seen() || before.parks == 0 {
                 continue;
             }
-            stage.set(format!("attempt {attempt}: a row job"));
+            stage.set(format!("attempt {attempt}: {jobs} row jobs"));
             let (width, grains) = (AtomicUsize::new(0), AtomicUsize::new(0));
-            pool.run_optional_workers_for(1, expected, |_, n| {
-                width.fetch_max(n, Ordering::Relaxed);
-                grains.fetch_add(1, Ordering::Relaxed);
-            });
+            for _ in 0..jobs {
+                pool.run_optional_workers_for(1, expected, |i, n| {
+                    width.fetch_max(n, Ordering::Relaxed);
+                    grains.fetch_add(1, Ordering::Relaxed);
+                    let began = Instant::now();
+                    while i == 0 && began.elapsed() < busy_for {
+                        std::hint::spin_loop();
+                    }
+                });
+            }
             let stats = pool.stats().since(&before);
             return Some((width.into_inner(), grains.into_inner(), stats));
         }
@@ -214,11 +246,10 @@ fn with_no_cpu_left_for_a_worker_a_long_row_job_still_wakes_a_parked_worker() {
 #[cfg(target_os = "linux")]
 #[test]
 #[cfg_attr(miri, ignore = "Miri does not run other processes")]
-fn with_the_caller_itself_short_of_a_cpu_a_long_row_job_leaves_a_parked_worker_to_the_wake_trials()
-{
-    // The caller waits for its own CPU: waking a worker for every long job
-    // cost the decode 5-12 % there. The trials' first epoch runs the
-    // default way, awake workers only.
+fn with_the_caller_itself_steadily_short_of_a_cpu_a_long_row_job_runs_on_the_caller_alone() {
+    // Busy processes on every CPU, the caller's too, sample after sample:
+    // a worker would only be one more thread to share them with. Waking
+    // one for every long job cost the decode 5-12 % there.
     let Some((width, grains, s)) = one_row_job_beside_busy_cpus(
         "long_job_no_cpu_for_the_caller",
         Load::NoCpuForTheCaller,
@@ -228,6 +259,32 @@ fn with_the_caller_itself_short_of_a_cpu_a_long_row_job_leaves_a_parked_worker_t
         return;
     };
     assert_left_the_parked_worker_asleep(width, grains, &s);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+#[cfg_attr(miri, ignore = "Miri does not run other processes")]
+fn with_the_caller_itself_steadily_short_of_a_cpu_no_row_job_invites_a_worker_however_long_it_runs()
+{
+    // 120 jobs of 300 µs on the caller: long enough for the wake trials
+    // to score an epoch and try waking in the next, which the rule for a
+    // steadily short caller must pre-empt. Where it did not, these jobs
+    // dispatched from the trials' second epoch on.
+    let Some((width, grains, s)) = row_jobs_beside_busy_cpus(
+        "row_jobs_no_cpu_for_the_caller",
+        Load::NoCpuForTheCaller,
+        pool_core::WORTH_A_WAKE * 10,
+        0,
+        120,
+        std::time::Duration::from_micros(300),
+    ) else {
+        return;
+    };
+    assert_eq!(grains, 120, "each job ran once, on the caller: {s}");
+    assert_eq!(width, 1, "a worker was invited: {s}");
+    assert_eq!(s.dispatches_full + s.dispatches_limited, 0, "{s}");
+    assert_eq!(s.jobs_inline, 120, "{s}");
+    assert_eq!(s.unparks, 0, "{s}");
 }
 
 #[cfg(target_os = "linux")]
