@@ -49,7 +49,10 @@ fn a_busy_process_shows_up_as_foreign_cpus() {
 #[cfg(target_os = "linux")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Load {
-    /// As many busy processes as CPUs: the caller itself is short of one.
+    /// One busy process more than CPUs: the caller itself is short of one,
+    /// in every sample. (With as many as CPUs, the scheduler may leave
+    /// the caller a CPU of its own for a sample or more: three CPU-bound
+    /// threads on 2 CPUs pair two and leave one alone.)
     NoCpuForTheCaller,
     /// One busy process fewer: no CPU for a worker, the caller keeps its
     /// own (more load from outside the test skips it).
@@ -105,7 +108,7 @@ fn row_jobs_beside_busy_cpus(
             return None;
         }
         let busy = match load {
-            Load::NoCpuForTheCaller => cpus,
+            Load::NoCpuForTheCaller => cpus + 1,
             Load::NoCpuForAWorker => cpus - 1,
         };
         stage.set(format!("starting {busy} busy processes"));
