@@ -89,7 +89,8 @@ impl Shared {
             }
             return invited;
         }
-        if load::steadily_short_of_a_cpu(self.settings.usable_cpus) {
+        let foreign = load::foreign_cpus();
+        if load::steadily_short_of_a_cpu(foreign, self.settings.usable_cpus) {
             // Other processes hold every CPU, the caller's too, and keep
             // them: a worker only adds a thread for the scheduler to share
             // them with, and a join waits whenever it is preempted inside
@@ -98,8 +99,7 @@ impl Shared {
         }
         // Every job beside foreign load counts in the trials, long or short,
         // worker parked or not: an epoch's cost covers all its time.
-        let caller_short =
-            load::caller_short_of_a_cpu(load::foreign_cpus(), self.settings.usable_cpus);
+        let caller_short = load::caller_short_of_a_cpu(foreign, self.settings.usable_cpus);
         let wake = self
             .wake_trials
             .wake_parked(now, expected_ns, self.ns_per_tick, caller_short);

@@ -143,13 +143,14 @@ pub(crate) fn caller_short_of_a_cpu(foreign: f64, usable_cpus: usize) -> bool {
 }
 
 /// Whether the caller has been short of a CPU ([`caller_short_of_a_cpu`])
-/// in each of the last three samples and in the smoothed load: other
+/// in each of the last three samples and in the smoothed load `foreign`
+/// ([`foreign_cpus`], which the caller has read already): other
 /// processes hold every CPU and do not let go, as three busy processes
 /// on 2 CPUs do. A withdrawable job then runs on the caller alone
 /// (`contention.rs`).
 #[inline]
-pub(crate) fn steadily_short_of_a_cpu(usable_cpus: usize) -> bool {
-    caller_short_of_a_cpu(foreign_cpus(), usable_cpus)
+pub(crate) fn steadily_short_of_a_cpu(foreign: f64, usable_cpus: usize) -> bool {
+    caller_short_of_a_cpu(foreign, usable_cpus)
         && caller_short_of_a_cpu(least_recent_foreign_cpus(), usable_cpus)
 }
 
