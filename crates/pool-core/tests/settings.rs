@@ -660,14 +660,17 @@ fn withdrawn_beside_its_caller(stage: &testkit::Stage, with_busy_process: bool) 
 /// failed `tests/foreign_load.rs` on a loaded CI machine (one grain run,
 /// two jobs counted). Built by pinning the worker beside its caller at
 /// nice 19: woken there, it waits behind the caller, which finishes each
-/// row job alone.
+/// row job alone. A fixed budget of 0 spins: the worker parks after every
+/// job and every job invites it, whatever load the machine carries (the
+/// adaptive policy beside two busy processes ran all 40 jobs on the caller
+/// alone, and the test saw no seat at all).
 #[test]
 #[cfg(target_os = "linux")]
 fn a_seat_withdrawn_before_its_worker_took_it_is_not_counted_as_that_workers_job() {
     use std::sync::atomic::{AtomicU64, Ordering};
     watched("a withdrawn seat in the counters", |stage| {
         let _turn = one_at_a_time();
-        let Some((pool, _cpus)) = pool_beside_its_caller(SpinPolicy::adaptive()) else {
+        let Some((pool, _cpus)) = pool_beside_its_caller(SpinPolicy::Fixed(0)) else {
             return;
         };
         let worker = pool.worker_tids()[0];
@@ -679,8 +682,8 @@ fn a_seat_withdrawn_before_its_worker_took_it_is_not_counted_as_that_workers_job
         let worker_shares = AtomicU64::new(0);
         for job in 0..40 {
             stage.set(format!("row job {job}"));
-            // Past the 2 ms linger: the worker parks, and is woken by the
-            // job onto the caller's CPU.
+            // The worker parked after its last job; this one wakes it
+            // onto the caller's CPU, behind the caller.
             std::thread::sleep(Duration::from_millis(3));
             let grains = std::sync::atomic::AtomicUsize::new(0);
             pool.run_optional_workers_for(1, Duration::from_micros(500), |idx, n| {
