@@ -41,6 +41,7 @@ const RULES: Rules = Rules {
     gap_ns: 2e6,
     cut_epoch_ns: 1e6,
     margin: 0.03,
+    weight: 0.25,
     explore_every: 16,
     explore_far_every: 64,
     far: 0.25,
