@@ -9,7 +9,8 @@
 //! caller's estimate, `Pool::run_optional_workers_for`): the serial code
 //! between jobs counts too, since what one arm does to the CPUs (a worker
 //! spinning, or parked) slows that code as well. Each arm keeps a moving
-//! average of its epochs' costs (the newest weighted [`Rules::weight`]). The other way is preferred only when its
+//! average of its epochs' costs (the newest weighted [`Rules::weight`]).
+//! The other way is preferred only when its
 //! cost is at least [`Rules::margin`] below the default's; the arm not
 //! preferred gets one epoch in [`Rules::explore_every`] (one in
 //! [`Rules::explore_far_every`] while the preferred one is cheaper by

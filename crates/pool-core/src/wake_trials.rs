@@ -24,9 +24,9 @@
 //! one epoch in 16. Beside a busy process one 12 ms epoch scatters by a
 //! few percent, and waking gained about as much (the fixed budgets,
 //! which always wake, led by 1-5 %): a 3 % margin over averages weighted
-//! 1/4 chose waking in 20-60 % of the epochs, and the adaptive pool read
-//! 0.95x the best fixed budget on stories15M (docs/design.md, "Waking by
-//! trial, on a small gain"). The price is speed of change: a change in
+//! 1/4 chose waking in 29-84 % of stories15M's epochs from run to run,
+//! and the adaptive pool read about 0.95x the best fixed budget there
+//! (docs/design.md, "Waking by trial, on a small gain"). The price is speed of change: a change in
 //! the load that makes waking pay by a sixth is seen within about 2.5 s
 //! (thirteen explored epochs), one that makes it cost twice as much
 //! within two epochs. An epoch with a gap longer than 2 ms between
