@@ -190,7 +190,10 @@ impl Pool {
     /// pays ("Waking by trial" in docs/design.md). A caller below normal
     /// priority (a positive nice value) wakes none for a long job, except
     /// on Linux, where workers end their time slices between jobs and so
-    /// delay no join ("Yielding at the end of a turn").
+    /// delay no join ("Yielding at the end of a turn"). `Duration::ZERO`
+    /// is an estimate of almost nothing (1 ns), a short job: for a job of
+    /// unknown length use [`Pool::run_optional_workers`], which the trials
+    /// leave out.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};

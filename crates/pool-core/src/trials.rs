@@ -39,6 +39,16 @@
 //! longer reach the trials (`contention.rs`); the rule serves a load that
 //! comes and goes, such as another process's decoding pool.
 //!
+//! A job without an estimate (`Pool::run_optional_workers`) is not
+//! counted. Where [`Rules::skip_uncounted`] (the fork trials), its time
+//! and the code after it, up to the next counted job, are also left out
+//! of the epoch, and more than [`Rules::gap_ns`] of it ends the epoch,
+//! scored up to where it began: a decoder's classifier, run without an
+//! estimate, took 1.9-3 ms of stories110M's token, on either side of the
+//! gap, so a dispatching epoch counted it and an inline one was cut
+//! before it, and inline read cheaper where forking doubled the decode
+//! (docs/design.md, "Jobs without an estimate").
+//!
 //! Only the caller that holds the lock scores; another caller of the same
 //! pool meanwhile gets the default.
 
@@ -83,6 +93,13 @@ pub(crate) struct Rules {
     pub(crate) warm_up_epochs: u64,
     /// Epochs the default arm scores before the other way's first.
     pub(crate) first_try_after: u64,
+    /// Time in jobs without an estimate, and in the code after them up to
+    /// the next counted job, is left out of an epoch; more than
+    /// [`Rules::gap_ns`] of it ends the epoch, scored up to where they
+    /// began if it ran [`Rules::cut_epoch_ns`] and
+    /// [`Rules::epoch_jobs`] jobs. Else such time counts in the epoch, and
+    /// a gap it makes drops the epoch as a pause does.
+    pub(crate) skip_uncounted: bool,
 }
 
 /// The calling thread's time off its CPU, as the gap rule reads it. Both
@@ -133,6 +150,12 @@ pub(crate) struct Trials {
     expected_ns: f64,
     /// The latest job's expected time.
     latest_expected_ns: f64,
+    /// `clock::ticks` of the first job without an estimate since the
+    /// latest counted one (0: none; `Rules::skip_uncounted`).
+    uncounted_at: u64,
+    /// Time left out of the running epoch, in ns: jobs without an
+    /// estimate and the code after them.
+    skipped_ns: f64,
     /// Moving average of wall ns per expected ns: `[default, other]`.
     pub(crate) cost: [Option<f64>; 2],
     /// Epochs scored per arm: `[default, other]`.
@@ -178,6 +201,11 @@ impl ArmTrials {
         caller_short_of_a_cpu: bool,
     ) -> bool {
         if expected_ns == 0 {
+            if self.rules.skip_uncounted {
+                if let Ok(mut trials) = self.state.try_lock() {
+                    trials.uncounted(&self.rules, now);
+                }
+            }
             return false;
         }
         let mut trials = match self.state.try_lock() {
@@ -222,21 +250,43 @@ impl Trials {
         off_cpu: impl Fn() -> Option<OffCpu>,
     ) -> bool {
         if self.started != 0 {
-            let since_latest = now.wrapping_sub(self.latest) as f64 * ns_per_tick;
-            let elapsed = now.wrapping_sub(self.started) as f64 * ns_per_tick;
-            if since_latest > rules.gap_ns && !self.preempted(rules, since_latest, &off_cpu) {
-                // The jobs before the latest, and the code between them, ran
-                // from `started` to `latest`: the latest one's end is not
-                // known.
-                let cut_ns = self.latest.wrapping_sub(self.started) as f64 * ns_per_tick;
-                if cut_ns >= rules.cut_epoch_ns && self.jobs > rules.epoch_jobs {
-                    self.score(rules, cut_ns / (self.expected_ns - self.latest_expected_ns));
+            let ticks_ns = |ticks: u64| ticks as f64 * ns_per_tick;
+            // Jobs without an estimate since the latest counted one
+            // (`Rules::skip_uncounted`): from the first one's start to now
+            // is left out of the epoch.
+            let uncounted_at = std::mem::take(&mut self.uncounted_at);
+            let uncounted = (uncounted_at != 0).then(|| ticks_ns(now.wrapping_sub(uncounted_at)));
+            let since_latest = ticks_ns(now.wrapping_sub(self.latest));
+            if uncounted.is_some_and(|skipped| skipped > rules.gap_ns) {
+                // A pause after them, or jobs as long as one: the epoch
+                // ends where the first of them began, and every counted job
+                // had ended by then.
+                let span_ns = ticks_ns(uncounted_at.wrapping_sub(self.started)) - self.skipped_ns;
+                if span_ns >= rules.cut_epoch_ns && self.jobs >= rules.epoch_jobs {
+                    self.score(rules, span_ns / self.expected_ns);
                 }
                 self.started = 0;
                 self.last_arm = None;
-            } else if elapsed >= rules.epoch_ns && self.jobs >= rules.epoch_jobs {
-                self.score(rules, elapsed / self.expected_ns);
-                self.started = 0;
+            } else {
+                if let Some(skipped) = uncounted {
+                    self.skipped_ns += skipped;
+                }
+                let since_latest = since_latest - uncounted.unwrap_or(0.0);
+                let elapsed = ticks_ns(now.wrapping_sub(self.started)) - self.skipped_ns;
+                if since_latest > rules.gap_ns && !self.preempted(rules, since_latest, &off_cpu) {
+                    // The jobs before the latest, and the code between them,
+                    // ran from `started` to `latest`: the latest one's end is
+                    // not known.
+                    let cut_ns = ticks_ns(self.latest.wrapping_sub(self.started)) - self.skipped_ns;
+                    if cut_ns >= rules.cut_epoch_ns && self.jobs > rules.epoch_jobs {
+                        self.score(rules, cut_ns / (self.expected_ns - self.latest_expected_ns));
+                    }
+                    self.started = 0;
+                    self.last_arm = None;
+                } else if elapsed >= rules.epoch_ns && self.jobs >= rules.epoch_jobs {
+                    self.score(rules, elapsed / self.expected_ns);
+                    self.started = 0;
+                }
             }
         }
         if self.started == 0 {
@@ -257,12 +307,23 @@ impl Trials {
             self.off_cpu_at_start = off_cpu();
             self.jobs = 0;
             self.expected_ns = 0.0;
+            self.skipped_ns = 0.0;
+            self.uncounted_at = 0;
         }
         self.latest = now;
         self.jobs += 1;
         self.expected_ns += expected_ns;
         self.latest_expected_ns = expected_ns;
         self.other
+    }
+
+    /// A job without an estimate starts at `now`: with
+    /// [`Rules::skip_uncounted`], the running epoch leaves out the time
+    /// from here to its next counted job.
+    pub(crate) fn uncounted(&mut self, rules: &Rules, now: u64) {
+        if rules.skip_uncounted && self.started != 0 && self.uncounted_at == 0 {
+            self.uncounted_at = now.max(1);
+        }
     }
 
     /// At a gap of `gap_ns`: whether the caller's thread spent it waiting

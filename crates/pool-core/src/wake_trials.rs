@@ -54,6 +54,7 @@ pub(crate) const RULES: Rules = Rules {
     lead_in_jobs: 0,
     warm_up_epochs: 0,
     first_try_after: 1,
+    skip_uncounted: false,
 };
 
 /// The wake trials of one pool.

@@ -143,10 +143,11 @@ impl Model {
         let input = PreparedInput::new_in(&s.xb, [self.output.ty], std::mem::take(&mut s.inputs));
         let output = self.weights(&self.output);
         // Without its bytes (`run_rows_into_reading`): beside foreign load
-        // the classifier runs on the workers still awake. Waking a parked
-        // one for it, stories15M's 9.8 MB of its 19 MB token, measured
-        // 0.80-0.97x the best of rayon and serial in the busy settings of
-        // `pool bench --scenarios`, against 0.95-1.01x without.
+        // the classifier runs on the workers still awake, and the pool's
+        // trials leave it out (forked in their inline epochs too). Waking a
+        // parked one for it, stories15M's 9.8 MB of its 19 MB token,
+        // measured 0.80-0.97x the best of rayon and serial in the busy
+        // settings of `pool bench --scenarios`, against 0.95-1.01x without.
         exec.run_rows_into(&mut s.logits, |start, rows| {
             output.rows_into(&input, start, rows);
             fold(start, rows);

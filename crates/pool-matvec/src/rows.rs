@@ -96,8 +96,10 @@ pub unsafe trait RowParallel {
     /// (a matvec's weights; `0`: unknown). The pool weighs it when other
     /// processes keep its CPUs busy: a job long enough wakes a parked
     /// worker, a short one runs on the workers still awake
-    /// ([`pool_core::Pool::run_optional_workers_for`]). Other executors
-    /// ignore it.
+    /// ([`pool_core::Pool::run_optional_workers_for`]); an unknown one
+    /// runs the default way and its time is left out of the pool's trials
+    /// ([`pool_core::Pool::run_optional_workers`]). Other executors ignore
+    /// it.
     fn run_rows_reading(&self, rows: usize, bytes: usize, f: &RowFn<'_>) {
         let _ = bytes;
         self.run_rows(rows, f);
@@ -414,10 +416,21 @@ fn pull_rows(pool: &Pool, rows: usize, bytes: usize, f: &RowFn<'_>) {
     // Whoever runs does the work: a worker that has not started when the
     // caller has claimed the last rows is withdrawn, not waited for, and
     // its home range was the caller's to steal.
-    let expected = Duration::from_nanos(bytes as u64 / ONE_CORE_BYTES_PER_NS);
+    let job = |f: &(dyn Fn(usize, usize) + Sync)| {
+        if bytes == 0 {
+            // No estimate, not an estimate of nothing: the pool's trials
+            // leave the job out, and it runs the default way. Read as
+            // 1 ns, the classifier (20 MB of stories110M's 83 MB token)
+            // ran on the caller alone in the fork trials' inline epochs.
+            pool.run_optional_workers(invited, f);
+        } else {
+            let expected = Duration::from_nanos(bytes as u64 / ONE_CORE_BYTES_PER_NS);
+            pool.run_optional_workers_for(invited, expected, f);
+        }
+    };
     if rows <= MAX_ROWS {
         let ranges = HomeRanges::new(rows, invited + 1, smallest_claim(grain));
-        pool.run_optional_workers_for(invited, expected, |me, n| {
+        job(&|me, n| {
             if n == 1 {
                 // Alone (no worker invited: inline, or the adaptive
                 // policy's fit): all of it in one call, as a serial loop.
@@ -428,7 +441,7 @@ fn pull_rows(pool: &Pool, rows: usize, bytes: usize, f: &RowFn<'_>) {
         });
     } else {
         let cursor = CachePadded::new(AtomicUsize::new(0));
-        pool.run_optional_workers_for(invited, expected, |_, n| pull_chunks(&cursor, rows, n, f));
+        job(&|_, n| pull_chunks(&cursor, rows, n, f));
     }
 }
 
