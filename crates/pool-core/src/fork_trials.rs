@@ -30,10 +30,11 @@
 //! Jobs without an estimate (a decoder's classifier and attention) are
 //! dispatched in both arms and their time is left out of the epochs
 //! (`trials.rs`, `Rules::skip_uncounted`). An epoch that a pause cuts
-//! short is scored once it ran 1 ms and 32 jobs: where the decode pauses every few tens of milliseconds, most
-//! inline tries were cut and dropped, each costing an inline stretch and
-//! teaching nothing, and the adaptive pool decoded at 0.94-0.98x a fixed
-//! budget on an idle machine (docs/design.md, "Forking by trial").
+//! short is scored once it ran 1 ms and 32 jobs: where the decode pauses
+//! every few tens of milliseconds, most inline tries were cut and
+//! dropped, each costing an inline stretch and teaching nothing, and the
+//! adaptive pool decoded at 0.94-0.98x a fixed budget on an idle machine
+//! (docs/design.md, "Forking by trial").
 
 use crate::trials::{ArmTrials, Rules};
 
