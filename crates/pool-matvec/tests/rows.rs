@@ -316,7 +316,7 @@ fn a_broadcast_executor_that_runs_the_job_twice_still_writes_each_row_once() {
 }
 
 /// Row jobs back to back for `window` (and until `enough` says so, within
-/// 10 s): the pool's trial epochs scored, `[wake, fork]` summed per trial.
+/// 3 s): the pool's trial epochs scored, `[wake, fork]` summed per trial.
 fn trial_epochs_after_row_jobs(
     pool: &Pool,
     bytes: usize,
@@ -336,13 +336,17 @@ fn trial_epochs_after_row_jobs(
             stats.fork_trial_epochs.iter().sum(),
         ];
         let elapsed = start.elapsed();
-        if elapsed >= window && (enough(epochs) || elapsed >= std::time::Duration::from_secs(10)) {
+        if elapsed >= window && (enough(epochs) || elapsed >= std::time::Duration::from_secs(3)) {
             return epochs;
         }
     }
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the trials time real jobs: under Miri most gaps between two exceed 2 ms"
+)]
 fn row_jobs_without_their_bytes_are_left_out_of_the_pools_trials() {
     // The trials time jobs against the time their bytes take one core. No
     // bytes is no estimate, not an estimate of nothing: read as 1 ns, the
@@ -359,13 +363,16 @@ fn row_jobs_without_their_bytes_are_left_out_of_the_pools_trials() {
         let window = std::time::Duration::from_millis(100);
         let epochs = trial_epochs_after_row_jobs(&pool, 0, window, |_| true);
         assert_eq!(epochs, [0, 0], "epochs scored on jobs without an estimate");
-        // The same jobs with their bytes are scored (by one trial or the
-        // other, as the machine's load decides): the check above can fail.
+        // The same jobs with their bytes are scored by one trial or the
+        // other: the check above can fail. Unless other processes hold
+        // both CPUs: then the caller runs every job alone and neither
+        // trial sees them (`contention.rs`), with bytes or without.
         stage.set("row jobs with bytes until an epoch is scored");
         let epochs = trial_epochs_after_row_jobs(&pool, 1 << 20, window, |e| e[0] + e[1] > 0);
+        let foreign = pool_core::foreign_cpus();
         assert!(
-            epochs[0] + epochs[1] > 0,
-            "no epoch scored in 10 s: {epochs:?}"
+            epochs[0] + epochs[1] > 0 || foreign >= 1.0,
+            "no epoch scored in 3 s with {foreign:.2} CPUs of foreign load: {epochs:?}"
         );
     });
 }
