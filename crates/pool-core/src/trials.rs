@@ -255,35 +255,30 @@ impl Trials {
             // (`Rules::skip_uncounted`): from the first one's start to now
             // is left out of the epoch.
             let uncounted_at = std::mem::take(&mut self.uncounted_at);
-            let uncounted = (uncounted_at != 0).then(|| ticks_ns(now.wrapping_sub(uncounted_at)));
-            let since_latest = ticks_ns(now.wrapping_sub(self.latest));
-            if uncounted.is_some_and(|skipped| skipped > rules.gap_ns) {
+            let uncounted_ns = if uncounted_at == 0 {
+                0.0
+            } else {
+                ticks_ns(now.wrapping_sub(uncounted_at))
+            };
+            let since_latest = ticks_ns(now.wrapping_sub(self.latest)) - uncounted_ns;
+            if uncounted_ns > rules.gap_ns {
                 // A pause after them, or jobs as long as one: the epoch
                 // ends where the first of them began, and every counted job
                 // had ended by then.
                 let span_ns = ticks_ns(uncounted_at.wrapping_sub(self.started)) - self.skipped_ns;
-                if span_ns >= rules.cut_epoch_ns && self.jobs >= rules.epoch_jobs {
-                    self.score(rules, span_ns / self.expected_ns);
-                }
-                self.started = 0;
-                self.last_arm = None;
+                self.end_at_gap(rules, span_ns, self.jobs, self.expected_ns);
+            } else if since_latest > rules.gap_ns && !self.preempted(rules, since_latest, &off_cpu)
+            {
+                // The jobs before the latest, and the code between them,
+                // ran from `started` to `latest`: the latest one's end is
+                // not known (nor is what came after it left out).
+                let cut_ns = ticks_ns(self.latest.wrapping_sub(self.started)) - self.skipped_ns;
+                let expected_ns = self.expected_ns - self.latest_expected_ns;
+                self.end_at_gap(rules, cut_ns, self.jobs - 1, expected_ns);
             } else {
-                if let Some(skipped) = uncounted {
-                    self.skipped_ns += skipped;
-                }
-                let since_latest = since_latest - uncounted.unwrap_or(0.0);
+                self.skipped_ns += uncounted_ns;
                 let elapsed = ticks_ns(now.wrapping_sub(self.started)) - self.skipped_ns;
-                if since_latest > rules.gap_ns && !self.preempted(rules, since_latest, &off_cpu) {
-                    // The jobs before the latest, and the code between them,
-                    // ran from `started` to `latest`: the latest one's end is
-                    // not known.
-                    let cut_ns = ticks_ns(self.latest.wrapping_sub(self.started)) - self.skipped_ns;
-                    if cut_ns >= rules.cut_epoch_ns && self.jobs > rules.epoch_jobs {
-                        self.score(rules, cut_ns / (self.expected_ns - self.latest_expected_ns));
-                    }
-                    self.started = 0;
-                    self.last_arm = None;
-                } else if elapsed >= rules.epoch_ns && self.jobs >= rules.epoch_jobs {
+                if elapsed >= rules.epoch_ns && self.jobs >= rules.epoch_jobs {
                     self.score(rules, elapsed / self.expected_ns);
                     self.started = 0;
                 }
@@ -345,6 +340,17 @@ impl Trials {
             self.off_cpu_at_start = Some(now);
         }
         preempted
+    }
+
+    /// Ends the running epoch at a gap: scored if its `jobs` before the
+    /// gap, expected to take `expected_ns`, ran for `span_ns` of at least
+    /// [`Rules::cut_epoch_ns`]. The next epoch has a lead-in again.
+    fn end_at_gap(&mut self, rules: &Rules, span_ns: f64, jobs: u32, expected_ns: f64) {
+        if span_ns >= rules.cut_epoch_ns && jobs >= rules.epoch_jobs {
+            self.score(rules, span_ns / expected_ns);
+        }
+        self.started = 0;
+        self.last_arm = None;
     }
 
     fn score(&mut self, rules: &Rules, cost: f64) {
@@ -756,6 +762,32 @@ pub(crate) mod tests {
             };
             assert_eq!(after.blocks, before.blocks, "a preemption is not a block");
         });
+    }
+
+    #[test]
+    fn an_epoch_cut_at_a_pause_before_a_job_without_an_estimate_counts_up_to_its_latest_job() {
+        // Jobs expected to take 50 µs, one every 100 µs: a cost of 2. The
+        // job without an estimate comes after the pause, so none of the
+        // epoch's time is its own (once, its 1 ms was taken off the epoch
+        // too: a cost of 1.49).
+        let rules = Rules {
+            skip_uncounted: true,
+            cut_epoch_ns: 1e6,
+            ..FIXED
+        };
+        let mut trials = Trials::default();
+        let mut now = 1_000u64;
+        for _ in 0..40 {
+            trials.job(&rules, now, 50e3, 1.0, || None);
+            now += 100_000;
+        }
+        now += 3_000_000;
+        trials.uncounted(&rules, now);
+        now += 1_000_000;
+        trials.job(&rules, now, 50e3, 1.0, || None);
+        assert_eq!(trials.epochs, [1, 0]);
+        let cost = trials.cost[0].unwrap();
+        assert!((cost - 2.0).abs() < 0.01, "the epoch cost {cost:.3}");
     }
 
     #[test]
