@@ -207,7 +207,8 @@ fn every_simd_tier_this_cpu_has_gives_the_portable_bits() {
             let got = [w0, w1].map(|row| dot_fast_on(tier, row, &x).unwrap().to_bits());
             assert_eq!(got, expected, "{tier} at {cols} columns");
         }
-        // The matvec pairs rows (the two-row kernels): a 2-row matrix.
+        // The matvec pairs rows (the two-row kernels; on AVX2 rows of at
+        // most 512 values go one at a time): a 2-row matrix.
         let mut out = [0.0f32; 2];
         matvec_f32_fast(None, &w, &x, &mut out);
         assert_eq!(
