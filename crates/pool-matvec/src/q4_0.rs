@@ -165,7 +165,7 @@ pub(crate) fn rows_into(
 /// Two rows against one activation.
 pub(crate) type Dot2Fn = fn(&[BlockQ4_0], &[BlockQ4_0], &Activation<'_>) -> (f32, f32);
 
-/// The tier's pair kernel where it has one (AVX-512); `None`: the
+/// The tier's pair kernel where it has one (AVX-512, AVX2); `None`: the
 /// caller runs the one-row kernel twice.
 fn select_dot2() -> Option<Dot2Fn> {
     #[cfg(target_arch = "x86_64")]
@@ -179,6 +179,10 @@ fn select_dot2() -> Option<Dot2Fn> {
     #[cfg(target_arch = "x86_64")]
     if crate::tier::simd_tier() == SimdTier::Avx512 {
         return Some(avx512bw::dot2);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::tier::simd_tier() == SimdTier::Avx2 {
+        return Some(avx2::dot2);
     }
     None
 }
@@ -324,21 +328,51 @@ mod avx2 {
     /// The CPU must support AVX2 and F16C.
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn dot_avx2(w: &[BlockQ4_0], x: &Activation<'_>) -> f32 {
-        one_row!(w, x, |gw, gq| {
-            let sums: [__m256i; 4] = std::array::from_fn(|p| {
-                let (low, high) = packed_nibbles(&gw[2 * p], &gw[2 * p + 1]);
-                let (xlo, xhi) = pair_halves(&gq[p / 2], p % 2);
-                // Each `maddubs` pair is within ±3840 (nibbles 0..=15),
-                // their sum within i16: exact.
-                let pairs = _mm256_add_epi16(
-                    _mm256_maddubs_epi16(low, xlo),
-                    _mm256_maddubs_epi16(high, xhi),
-                );
-                _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
-            });
-            let dw = scales_of(std::array::from_fn(|k| gw[k].d.to_bits()));
-            (reduce_pairs(sums), dw)
-        })
+        one_row!(w, x, |gw, gq| group(gw, gq))
+    }
+
+    /// Safe entry for two rows: as for `dot`.
+    pub(super) fn dot2(w0: &[BlockQ4_0], w1: &[BlockQ4_0], x: &Activation<'_>) -> (f32, f32) {
+        // SAFETY: as for `dot`: `select_dot2` returns this only for the
+        // AVX2 tier, which requires AVX2 and F16C.
+        unsafe { dot2_avx2(w0, w1, x) }
+    }
+
+    /// Two rows in one pass: each activation group loaded once for both,
+    /// each row's operations exactly `dot_avx2`'s (the same bits), two
+    /// dependency chains in flight. On one core of an AMD EPYC (Zen 3),
+    /// four matrices from DRAM, against one row at a time in the same
+    /// run: 32000 x 768 13.5 -> 15.0 GB/s, 8192 x 4096 14.9 -> 15.5.
+    /// Q8_0's kernel has no AVX2 pair form: there, two adjacent rows of
+    /// 768 values from DRAM read 0.65x one row at a time (19.5 GB/s, near
+    /// the read ceiling, against 12.7), though +11 % from L3.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2 and F16C.
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn dot2_avx2(w0: &[BlockQ4_0], w1: &[BlockQ4_0], x: &Activation<'_>) -> (f32, f32) {
+        two_rows!(w0, w1, x, |g0, g1, gq| (group(g0, gq), group(g1, gq)))
+    }
+
+    /// One group of eight blocks: their eight sums `sum(nibble * x)` and
+    /// eight weight scales.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    fn group(gw: &[BlockQ4_0; 8], gq: &[[i8; 128]; 2]) -> (__m256i, __m256) {
+        let sums: [__m256i; 4] = std::array::from_fn(|p| {
+            let (low, high) = packed_nibbles(&gw[2 * p], &gw[2 * p + 1]);
+            let (xlo, xhi) = pair_halves(&gq[p / 2], p % 2);
+            // Each `maddubs` pair is within ±3840 (nibbles 0..=15),
+            // their sum within i16: exact.
+            let pairs = _mm256_add_epi16(
+                _mm256_maddubs_epi16(low, xlo),
+                _mm256_maddubs_epi16(high, xhi),
+            );
+            _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+        });
+        let dw = scales_of(std::array::from_fn(|k| gw[k].d.to_bits()));
+        (reduce_pairs(sums), dw)
     }
 
     /// `acc + (sums - 8 * xsum) * (dw * dx)`: every x86 Q4_0 kernel's
@@ -895,7 +929,7 @@ mod tests {
     fn kernels() -> Vec<(&'static str, DotFn, Option<Dot2Fn>)> {
         let mut all: Vec<(&'static str, DotFn, Option<Dot2Fn>)> = Vec::new();
         if SimdTier::Avx2.is_available() {
-            all.push(("avx2", avx2::dot, None));
+            all.push(("avx2", avx2::dot, Some(avx2::dot2)));
         }
         if has_avx512_vnni() {
             all.push(("avx512-vnni", avx512::dot, Some(avx512::dot2)));

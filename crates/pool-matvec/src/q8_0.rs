@@ -236,7 +236,9 @@ pub(crate) fn rows_into(
 pub(crate) type Dot2Fn = fn(&[BlockQ8_0], &[BlockQ8_0], &Activation<'_>) -> (f32, f32);
 
 /// The pair kernel for `x` where the tier has one (VNNI); `None`: the
-/// caller runs the one-row kernel twice.
+/// caller runs the one-row kernel twice. AVX2 has none: adjacent rows
+/// read in one pass slowed the stream from DRAM (`q4_0::avx2::dot2_avx2`
+/// has the figures).
 fn select_dot2(x: &Activation<'_>) -> Option<Dot2Fn> {
     #[cfg(target_arch = "x86_64")]
     if crate::tier::simd_tier() == SimdTier::Avx512 {
