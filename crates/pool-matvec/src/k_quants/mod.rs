@@ -475,6 +475,8 @@ pub(crate) fn pair_kernels(tier: SimdTier) -> (Option<Dot2Fn<BlockQ4K>>, Option<
     match tier {
         #[cfg(target_arch = "x86_64")]
         SimdTier::Avx512 => (Some(x86::dot2_q4_k_512), Some(x86::dot2_q6_k_512)),
+        #[cfg(target_arch = "x86_64")]
+        SimdTier::Avx2 => (Some(x86::dot2_q4_k), None),
         _ => (None, None),
     }
 }

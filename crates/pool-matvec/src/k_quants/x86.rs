@@ -52,6 +52,58 @@ macro_rules! fixed_order {
     }};
 }
 
+/// [`fixed_order!`] for two rows at once: `$terms` gives both rows' term
+/// `b`, each row's lanes and reduction exactly the one-row order (the
+/// same bits).
+macro_rules! fixed_order2 {
+    ($n:expr, |$b:ident| $terms:expr) => {{
+        let n = $n;
+        let body = n / blocks::LANES * blocks::LANES;
+        let (mut lanes0, mut lanes1) = ([0.0f32; blocks::LANES], [0.0f32; blocks::LANES]);
+        for group in (0..body).step_by(blocks::LANES) {
+            for k in 0..blocks::LANES {
+                let $b = group + k;
+                let (t0, t1) = $terms;
+                lanes0[k] += t0;
+                lanes1[k] += t1;
+            }
+        }
+        let (mut r0, mut r1) = (blocks::reduce(lanes0), blocks::reduce(lanes1));
+        for $b in body..n {
+            let (t0, t1) = $terms;
+            r0 += t0;
+            r1 += t1;
+        }
+        (r0, r1)
+    }};
+}
+
+/// Safe entry for two rows, as [`dot_q4_k`].
+pub(super) fn dot2_q4_k(w0: &[BlockQ4K], w1: &[BlockQ4K], x: &[BlockQ8K]) -> (f32, f32) {
+    // SAFETY: AVX2 and F16C are available (`pair_kernels` hands this out
+    // only for the AVX2 tier, which it picks only when the CPU has it).
+    unsafe { dot2_q4_k_avx2(w0, w1, x) }
+}
+
+/// Two rows in one pass, each super-block's term `q4_k_block`'s (the
+/// same bits). Decoding stories110M-Q4_K_M on one Zen 3 core, against
+/// one row at a time: +4.5 % on one thread, +6.5 % on two (7 interleaved
+/// runs each). Q6_K has no AVX2 pair form: its pair read level with one
+/// row at a time (164.8 against 165.7 tokens/s), as Q8_0's read slower
+/// from DRAM (`q8_0::select_dot2`).
+///
+/// # Safety
+///
+/// The CPU has AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn dot2_q4_k_avx2(w0: &[BlockQ4K], w1: &[BlockQ4K], x: &[BlockQ8K]) -> (f32, f32) {
+    let n = w0.len().min(w1.len()).min(x.len());
+    fixed_order2!(n, |b| (
+        q4_k_block(&w0[b], &x[b]),
+        q4_k_block(&w1[b], &x[b])
+    ))
+}
+
 /// Safe entry: `kernels` hands it out only for the AVX2 and AVX-512 tiers,
 /// which it picks only when the CPU has them (both include AVX2 and F16C).
 pub(super) fn dot_q4_k(w: &[BlockQ4K], x: &[BlockQ8K]) -> f32 {
@@ -468,7 +520,7 @@ fn q4_k_block(w: &BlockQ4K, x: &BlockQ8K) -> f32 {
 fn q6_k_block(w: &BlockQ6K, x: &BlockQ8K) -> f32 {
     prefetch_block(w);
     let (d, _) = f16_pair(u32::from(w.d.to_bits()));
-    let sdot = q6_k_unsigned_sdot(w, x) - q6_k_bias_vec(w, x);
+    let sdot = q6_k_sdot(w, x);
     sdot as f32 * (d * x.d)
 }
 
@@ -501,16 +553,6 @@ fn q4_k_smin_vec(m: &[u8; 8], x: &BlockQ8K) -> i32 {
     let mins = _mm256_cvtepu16_epi32(mins);
     let pairs = _mm256_or_si256(mins, _mm256_slli_epi32::<16>(mins));
     hsum(_mm256_madd_epi16(load32(&x.bsums, 0), pairs))
-}
-
-/// `32 * sum_g sc_g * bsum_g` with one `madd`.
-#[target_feature(enable = "avx2")]
-#[inline]
-fn q6_k_bias_vec(w: &BlockQ6K, x: &BlockQ8K) -> i32 {
-    // SAFETY: `scales` is exactly 16 bytes.
-    let scales = unsafe { _mm_loadu_si128(w.scales.as_ptr().cast()) };
-    let products = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), load32(&x.bsums, 0));
-    32 * hsum(products)
 }
 
 /// 32 bytes from `bytes[at..at + 32]`.
@@ -553,41 +595,58 @@ fn q4_k_sdot(w: &BlockQ4K, x: &BlockQ8K, sc: &[u8; 8]) -> i32 {
     hsum(acc)
 }
 
-/// `sum_g sc_g * sum_{group g} q6 * q8` with `q6` unsigned (`0..=63`).
+/// `sum_g sc_g * sum_{group g} q6 * q8` with `q6` the stored unsigned
+/// weights (`0..=63`), less the bias `32 * sum_g sc_g * bsum_g` that
+/// makes them signed: one exact `i32` sum. Each 128-bit half holds one
+/// 16-value group: its weights' high bits masked in place (`0x30`) after
+/// a constant shift, its scale broadcast by one byte shuffle of all
+/// sixteen, and the bias taken off the lanes before the one horizontal
+/// sum. Against per-group broadcasts, a shift by a register per quarter
+/// and a separate bias sum, one Zen 3 core, `pool decode --threads 1`,
+/// medians of interleaved runs: stories110M-Q4_0 (a Q6_K classifier)
+/// 170.5 -> 180.6 tokens/s, stories110M-Q4_K_M 154.4 -> 164.7.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn q6_k_unsigned_sdot(w: &BlockQ6K, x: &BlockQ8K) -> i32 {
-    let four = _mm256_set1_epi8(0x0F);
-    let two = _mm256_set1_epi8(3);
-    // Group `g` in the low 128-bit half, `g + 1` in the high one.
+fn q6_k_sdot(w: &BlockQ6K, x: &BlockQ8K) -> i32 {
+    let (low4, high2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    // SAFETY: `scales` is exactly 16 bytes.
+    let all = unsafe { _mm_loadu_si128(w.scales.as_ptr().cast()) };
+    // Group `g`'s scale in the low 128-bit half, `g + 1`'s in the high
+    // one: eight copies of byte `g`, eight of `g + 1`, sign-extended.
     let scales = |g: usize| {
-        _mm256_inserti128_si256::<1>(
-            _mm256_castsi128_si256(_mm_set1_epi16(i16::from(w.scales[g]))),
-            _mm_set1_epi16(i16::from(w.scales[g + 1])),
-        )
+        let copies = |g: usize| (g as i64) * 0x0101_0101_0101_0101;
+        _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+            all,
+            _mm_set_epi64x(copies(g + 1), copies(g)),
+        ))
     };
-    let mut acc = _mm256_setzero_si256();
+    // The bias: `32 * sc_g * bsum_g`, summed in pairs into the lanes.
+    let bias = _mm256_madd_epi16(_mm256_cvtepi8_epi16(all), load32(&x.bsums, 0));
+    let mut acc = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(bias));
     for n in 0..2 {
         let (ql0, ql1, qh) = (
             load32(&w.ql, 64 * n),
             load32(&w.ql, 64 * n + 32),
             load32(&w.qh, 32 * n),
         );
-        // The high bits sit 2 to a pair of weights: mask after shifting,
-        // so no bit crosses into a neighbouring byte.
-        let high = |shift: __m128i| {
-            _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, shift), two))
-        };
+        // Bits 2k, 2k + 1 of each `qh` byte to bits 4, 5; 16-bit shifts
+        // move bits across bytes only into positions the mask clears.
         let quarters = [
-            _mm256_or_si256(_mm256_and_si256(ql0, four), high(_mm_cvtsi32_si128(0))),
-            _mm256_or_si256(_mm256_and_si256(ql1, four), high(_mm_cvtsi32_si128(2))),
             _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), four),
-                high(_mm_cvtsi32_si128(4)),
+                _mm256_and_si256(ql0, low4),
+                _mm256_and_si256(_mm256_slli_epi16::<4>(qh), high2),
             ),
             _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), four),
-                high(_mm_cvtsi32_si128(6)),
+                _mm256_and_si256(ql1, low4),
+                _mm256_and_si256(_mm256_slli_epi16::<2>(qh), high2),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), low4),
+                _mm256_and_si256(qh, high2),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), low4),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(qh), high2),
             ),
         ];
         for (k, q) in quarters.into_iter().enumerate() {
