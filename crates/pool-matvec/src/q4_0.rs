@@ -343,9 +343,9 @@ mod avx2 {
     /// dependency chains in flight. On one core of an AMD EPYC (Zen 3),
     /// four matrices from DRAM, against one row at a time in the same
     /// run: 32000 x 768 13.5 -> 15.0 GB/s, 8192 x 4096 14.9 -> 15.5.
-    /// Q8_0's kernel has no AVX2 pair form: there, two adjacent rows of
-    /// 768 values from DRAM read 0.65x one row at a time (19.5 GB/s, near
-    /// the read ceiling, against 12.7), though +11 % from L3.
+    /// Q4_0's stream is below the read ceiling at every row length; Q8_0's
+    /// is near it, and its pair form is kept to short rows
+    /// (`q8_0::AVX2_PAIR_MAX_BLOCKS`).
     ///
     /// # Safety
     ///

@@ -235,10 +235,9 @@ pub(crate) fn rows_into(
 /// Two rows against one activation.
 pub(crate) type Dot2Fn = fn(&[BlockQ8_0], &[BlockQ8_0], &Activation<'_>) -> (f32, f32);
 
-/// The pair kernel for `x` where the tier has one (VNNI); `None`: the
-/// caller runs the one-row kernel twice. AVX2 has none: adjacent rows
-/// read in one pass slowed the stream from DRAM (`q4_0::avx2::dot2_avx2`
-/// has the figures).
+/// The pair kernel for `x` where the tier has one (VNNI; AVX2 for rows
+/// of at most [`AVX2_PAIR_MAX_BLOCKS`]); `None`: the caller runs the
+/// one-row kernel twice.
 fn select_dot2(x: &Activation<'_>) -> Option<Dot2Fn> {
     #[cfg(target_arch = "x86_64")]
     if crate::tier::simd_tier() == SimdTier::Avx512 {
@@ -249,9 +248,26 @@ fn select_dot2(x: &Activation<'_>) -> Option<Dot2Fn> {
             return Some(avx512::dot2);
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if crate::tier::simd_tier() == SimdTier::Avx2 && !x.has_min && x.q.len() <= AVX2_PAIR_MAX_BLOCKS
+    {
+        return Some(avx2::dot2);
+    }
     let _ = x;
     None
 }
+
+/// The longest rows (in blocks: 512 values) that AVX2 reads two at a
+/// time. One Zen 3 core, four matrices from DRAM, GB/s one row at a time
+/// -> two (two runs each): rows of 288 values 16.6, 16.0 -> 18.9, 17.8;
+/// 384: 13.6, 13.9 -> 15.3, 15.5; 512: 18.7, 19.3 -> 20.3, 19.8; 576:
+/// 16.9, 16.5 -> 19.7, 19.7; but 640: 14.9, 15.1 -> 13.5, 14.6; 768:
+/// 20.8, 18.0 -> 12.6, 12.6; 1024: 19.3, 19.6 -> 12.8, 12.6 (the stream
+/// slows near the read ceiling when two rows of this length advance side
+/// by side; at 4096 the two read level). Decoding stories15M (rows of
+/// 288 and 768), `pool decode --threads 1`, 7 interleaved runs: Q4_0
+/// (a Q8_0 classifier) 1027 -> 1103 tokens/s, Q8_0 962 -> 1056.
+const AVX2_PAIR_MAX_BLOCKS: usize = 16;
 
 /// A Q8_0 activation and what every row's kernel needs of it, computed
 /// once per input vector: the scales as f32 and each block's sum of
@@ -774,13 +790,18 @@ mod tests {
     }
 
     /// Every x86 pair kernel this CPU can run, by name.
-    fn pair_kernels() -> Vec<(&'static str, Dot2Fn)> {
-        let mut all: Vec<(&'static str, Dot2Fn)> = Vec::new();
+    /// Every pair kernel this CPU can run, and whether it is exact for an
+    /// `x` holding -128 (the AVX2 sign trick is not).
+    fn pair_kernels() -> Vec<(&'static str, Dot2Fn, bool)> {
+        let mut all: Vec<(&'static str, Dot2Fn, bool)> = Vec::new();
+        if SimdTier::Avx2.is_available() {
+            all.push(("avx2", avx2::dot2, false));
+        }
         if has_avx512_vnni() {
-            all.push(("avx512-vnni", avx512::dot2));
+            all.push(("avx512-vnni", avx512::dot2, true));
         }
         if has_avx512_vbmi() {
-            all.push(("avx512-vbmi", avx512::dot2_vbmi));
+            all.push(("avx512-vbmi", avx512::dot2_vbmi, true));
         }
         all
     }
@@ -788,26 +809,32 @@ mod tests {
     #[test]
     fn every_pair_kernel_gives_each_row_the_scalar_bits() {
         let mut rng = XorShift(29);
-        for blocks in [1, 7, 8, 9, 16, 24, 31, 64 + 5] {
-            let block = |rng: &mut XorShift| BlockQ8_0 {
+        for (blocks, x_min) in [1, 7, 8, 9, 16, 24, 31, 64 + 5]
+            .into_iter()
+            .flat_map(|blocks| [(blocks, i8::MIN), (blocks, -127)])
+        {
+            let block = |rng: &mut XorShift, min: i8| BlockQ8_0 {
                 d: half::f16::from_f32(rng.uniform() - 0.5),
-                qs: std::array::from_fn(|_| rng.next_u64() as i8),
+                qs: std::array::from_fn(|_| (rng.next_u64() as i8).max(min)),
             };
-            let w0: Vec<BlockQ8_0> = (0..blocks).map(|_| block(&mut rng)).collect();
-            let w1: Vec<BlockQ8_0> = (0..blocks).map(|_| block(&mut rng)).collect();
-            let x: Vec<BlockQ8_0> = (0..blocks).map(|_| block(&mut rng)).collect();
+            let w0: Vec<BlockQ8_0> = (0..blocks).map(|_| block(&mut rng, i8::MIN)).collect();
+            let w1: Vec<BlockQ8_0> = (0..blocks).map(|_| block(&mut rng, i8::MIN)).collect();
+            let x: Vec<BlockQ8_0> = (0..blocks).map(|_| block(&mut rng, x_min)).collect();
             let extras = ActivationExtras::of(&x);
             let act = extras.with(&x);
             let expected = (
                 dot_q8_0_scalar(&w0, &x).to_bits(),
                 dot_q8_0_scalar(&w1, &x).to_bits(),
             );
-            for (name, dot2) in pair_kernels() {
+            for (name, dot2, exact_for_min) in pair_kernels() {
+                if act.has_min && !exact_for_min {
+                    continue;
+                }
                 let (r0, r1) = dot2(&w0, &w1, &act);
                 assert_eq!(
                     (r0.to_bits(), r1.to_bits()),
                     expected,
-                    "{name}, {blocks} blocks"
+                    "{name}, {blocks} blocks, x from {x_min}"
                 );
             }
         }
@@ -1040,22 +1067,80 @@ pub(crate) mod avx2 {
         let mut acc = _mm256_setzero_ps();
         for (gw, (gx, _, gd)) in blocks::eights(w, blocks).iter().zip(x.groups(blocks)) {
             prefetch_ahead::<Q8_0_L2_AHEAD>(gw.as_ptr().cast(), std::mem::size_of_val(gw));
-            let sums: [__m256i; 8] =
-                // SAFETY: AVX2, by this function's contract.
-                std::array::from_fn(|k| unsafe { block_sums(&gw[k].qs, &gx[k].qs) });
-            let sumi = _mm256_cvtepi32_ps(reduce8(sums));
             // SAFETY: `gd` is eight f32.
             let dx = unsafe { _mm256_loadu_ps(gd.as_ptr()) };
-            let d = _mm256_mul_ps(scales_of(std::array::from_fn(|k| gw[k].d.to_bits())), dx);
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(sumi, d));
+            acc = scaled_add(acc, group(gw, gx), dx);
         }
         let b = blocks / blocks::LANES * blocks::LANES;
-        let mut result = crate::lanes::reduce_ps(acc);
-        for ((bw, bx), &dx) in w[b..blocks]
+        finish(acc, &w[b..blocks], &x.q[b..blocks], &x.d[b..blocks])
+    }
+
+    /// Safe entry for two rows: as for `dot`.
+    pub(super) fn dot2(w0: &[BlockQ8_0], w1: &[BlockQ8_0], x: &Activation<'_>) -> (f32, f32) {
+        // SAFETY: as for `dot`: `select_dot2` returns this only for the
+        // AVX2 tier and an `x` without -128.
+        unsafe { dot2_avx2(w0, w1, x) }
+    }
+
+    /// Two rows in one pass, each row's operations exactly `dot_avx2`'s
+    /// (the same bits): the activation's loads shared, two dependency
+    /// chains in flight. Short rows only ([`super::AVX2_PAIR_MAX_BLOCKS`]).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2 and F16C.
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn dot2_avx2(w0: &[BlockQ8_0], w1: &[BlockQ8_0], x: &Activation<'_>) -> (f32, f32) {
+        let blocks = w0.len().min(w1.len()).min(x.q.len());
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let rows = blocks::eights(w0, blocks)
             .iter()
-            .zip(&x.q[b..blocks])
-            .zip(&x.d[b..blocks])
-        {
+            .zip(blocks::eights(w1, blocks));
+        for ((g0, g1), (gx, _, gd)) in rows.zip(x.groups(blocks)) {
+            prefetch_ahead::<Q8_0_L2_AHEAD>(g0.as_ptr().cast(), std::mem::size_of_val(g0));
+            prefetch_ahead::<Q8_0_L2_AHEAD>(g1.as_ptr().cast(), std::mem::size_of_val(g1));
+            // SAFETY: `gd` is eight f32.
+            let dx = unsafe { _mm256_loadu_ps(gd.as_ptr()) };
+            acc0 = scaled_add(acc0, group(g0, gx), dx);
+            acc1 = scaled_add(acc1, group(g1, gx), dx);
+        }
+        let b = blocks / blocks::LANES * blocks::LANES;
+        let (tail, dx) = (&x.q[b..blocks], &x.d[b..blocks]);
+        (
+            finish(acc0, &w0[b..blocks], tail, dx),
+            finish(acc1, &w1[b..blocks], tail, dx),
+        )
+    }
+
+    /// One group of eight blocks: their eight exact integer dots and
+    /// eight weight scales.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    fn group(gw: &[BlockQ8_0; 8], gx: &[BlockQ8_0; 8]) -> (__m256i, __m256) {
+        let sums: [__m256i; 8] =
+            // SAFETY: AVX2, by this function's contract.
+            std::array::from_fn(|k| unsafe { block_sums(&gw[k].qs, &gx[k].qs) });
+        (
+            reduce8(sums),
+            scales_of(std::array::from_fn(|k| gw[k].d.to_bits())),
+        )
+    }
+
+    /// `acc + sums * (dw * dx)`: a group's float steps, in this order.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn scaled_add(acc: __m256, (sums, dw): (__m256i, __m256), dx: __m256) -> __m256 {
+        let d = _mm256_mul_ps(dw, dx);
+        _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(sums), d))
+    }
+
+    /// The lanes' fixed reduction, then the tail blocks (`w` and `x` from
+    /// the end of the eight-block body on) in block order.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    fn finish(acc: __m256, w: &[BlockQ8_0], x: &[BlockQ8_0], dx: &[f32]) -> f32 {
+        let mut result = crate::lanes::reduce_ps(acc);
+        for ((bw, bx), &dx) in w.iter().zip(x).zip(dx) {
             // SAFETY: AVX2, by this function's contract.
             let sumi = unsafe { reduce1(block_sums(&bw.qs, &bx.qs)) };
             result += blocks::term(sumi, crate::lanes::f16_to_f32(bw.d.to_bits()), dx);

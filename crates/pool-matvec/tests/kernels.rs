@@ -560,6 +560,20 @@ fn q8_0_simd_and_scalar_dots_agree_even_on_extreme_blocks() {
                 );
             }
         }
+        // Two rows through the matvec, which reads short rows in pairs
+        // where the tier has a pair kernel: -128 in x must still take the
+        // exact path.
+        let w2 = make(&mut rng);
+        let both: Vec<BlockQ8_0> = w.iter().chain(&w2).copied().collect();
+        for x in [&x, &clean] {
+            let mut out = [0.0f32; 2];
+            matvec_q8_0_prepared(Serial, &both, x, &mut out);
+            assert_eq!(
+                bits(&out),
+                bits(&[dot_q8_0_scalar(&w, x), dot_q8_0_scalar(&w2, x)]),
+                "case {case}, two rows"
+            );
+        }
     }
 }
 

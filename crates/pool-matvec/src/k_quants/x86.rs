@@ -89,8 +89,8 @@ pub(super) fn dot2_q4_k(w0: &[BlockQ4K], w1: &[BlockQ4K], x: &[BlockQ8K]) -> (f3
 /// same bits). Decoding stories110M-Q4_K_M on one Zen 3 core, against
 /// one row at a time: +4.5 % on one thread, +6.5 % on two (7 interleaved
 /// runs each). Q6_K has no AVX2 pair form: its pair read level with one
-/// row at a time (164.8 against 165.7 tokens/s), as Q8_0's read slower
-/// from DRAM (`q8_0::select_dot2`).
+/// row at a time (164.8 against 165.7 tokens/s); Q8_0's long rows read
+/// slower in pairs from DRAM (`q8_0::AVX2_PAIR_MAX_BLOCKS`).
 ///
 /// # Safety
 ///
