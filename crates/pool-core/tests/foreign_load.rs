@@ -129,6 +129,17 @@ fn row_jobs_beside_busy_cpus(
         };
         let caller_short = || pool_core::foreign_cpus() > cpus as f64 - 0.75;
         let seen = || no_cpu_left() && caller_short() == (load == Load::NoCpuForTheCaller);
+        // More load than the setting: the machine's own, not the test's.
+        // `Some(why)` skips the test, saying so.
+        let overrun = |after: &str| {
+            (load == Load::NoCpuForAWorker && caller_short()).then(|| {
+                format!(
+                    "skipped: {busy} busy processes and the machine's own load measured as \
+                     {:.2} foreign CPUs of {cpus} {after}: the caller has no CPU of its own",
+                    pool_core::foreign_cpus()
+                )
+            })
+        };
         let start = Instant::now();
         let deadline = start + Duration::from_secs(20);
         // Seen for four samples in a row (50 ms apart): the pool reads a
@@ -145,14 +156,11 @@ fn row_jobs_beside_busy_cpus(
             seen_since = None;
             // The sample settles within a second or two: 5 s of more load
             // than the setting is the machine's own, not a slow sample.
-            let overrun = load == Load::NoCpuForAWorker && caller_short();
-            if overrun && start.elapsed() >= Duration::from_secs(5) {
-                eprintln!(
-                    "skipped: {busy} busy processes and the machine's own load measured as \
-                     {:.2} foreign CPUs of {cpus} for 5 s: the caller has no CPU of its own",
-                    pool_core::foreign_cpus()
-                );
-                return None;
+            if start.elapsed() >= Duration::from_secs(5) {
+                if let Some(why) = overrun("for 5 s") {
+                    eprintln!("{why}");
+                    return None;
+                }
             }
             assert!(
                 Instant::now() < deadline,
@@ -176,15 +184,11 @@ fn row_jobs_beside_busy_cpus(
                     pool.run(|_, _| {});
                     continue;
                 }
-                let foreign = pool_core::foreign_cpus();
-                if load == Load::NoCpuForAWorker && caller_short() {
-                    eprintln!(
-                        "skipped: {busy} busy processes and the machine's own load measured as \
-                         {foreign:.2} foreign CPUs of {cpus} at the end of 10 s of attempts: the \
-                         caller has no CPU of its own"
-                    );
+                if let Some(why) = overrun("at the end of 10 s of attempts") {
+                    eprintln!("{why}");
                     return None;
                 }
+                let foreign = pool_core::foreign_cpus();
                 panic!(
                     "in {attempt} attempts over 10 s the worker never parked ({} parks) with the \
                      load seen ({busy} busy processes read as {foreign:.2} foreign CPUs of {cpus})",
