@@ -333,22 +333,7 @@ unsafe fn dot2_q4_k_avx512(w0: &[BlockQ4K], w1: &[BlockQ4K], x: &[BlockQ8K]) -> 
         let second = q4_k_lanes_512(c, q4_k_scales_512(c), &parts, bsums, &lanes);
         q4_k_float2(a, c, x, q4_k_sums2_512(first, second))
     };
-    let body = n / blocks::LANES * blocks::LANES;
-    let (mut lanes0, mut lanes1) = ([0.0f32; blocks::LANES], [0.0f32; blocks::LANES]);
-    for group in (0..body).step_by(blocks::LANES) {
-        for k in 0..blocks::LANES {
-            let (t0, t1) = terms(group + k);
-            lanes0[k] += t0;
-            lanes1[k] += t1;
-        }
-    }
-    let (mut r0, mut r1) = (blocks::reduce(lanes0), blocks::reduce(lanes1));
-    for b in body..n {
-        let (t0, t1) = terms(b);
-        r0 += t0;
-        r1 += t1;
-    }
-    (r0, r1)
+    fixed_order2!(n, |b| terms(b))
 }
 
 /// Safe entry: as [`dot_q4_k_512`], two rows.
@@ -453,22 +438,7 @@ unsafe fn dot2_q6_k_avx512(w0: &[BlockQ6K], w1: &[BlockQ6K], x: &[BlockQ8K]) -> 
             _mm_cvtss_f32(_mm_shuffle_ps::<0b01>(terms, terms)),
         )
     };
-    let body = n / blocks::LANES * blocks::LANES;
-    let (mut lanes0, mut lanes1) = ([0.0f32; blocks::LANES], [0.0f32; blocks::LANES]);
-    for group in (0..body).step_by(blocks::LANES) {
-        for k in 0..blocks::LANES {
-            let (t0, t1) = terms(group + k);
-            lanes0[k] += t0;
-            lanes1[k] += t1;
-        }
-    }
-    let (mut r0, mut r1) = (blocks::reduce(lanes0), blocks::reduce(lanes1));
-    for b in body..n {
-        let (t0, t1) = terms(b);
-        r0 += t0;
-        r1 += t1;
-    }
-    (r0, r1)
+    fixed_order2!(n, |b| terms(b))
 }
 
 /// Safe entry: as [`dot_q6_k_512`], two rows.
