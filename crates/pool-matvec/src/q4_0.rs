@@ -343,9 +343,9 @@ mod avx2 {
     /// dependency chains in flight. On one core of an AMD EPYC (Zen 3),
     /// four matrices from DRAM, against one row at a time in the same
     /// run: 32000 x 768 13.5 -> 15.0 GB/s, 8192 x 4096 14.9 -> 15.5.
-    /// Q4_0's stream is below the read ceiling at every row length; Q8_0's
-    /// is near it, and its pair form is kept to short rows
-    /// (`q8_0::AVX2_PAIR_MAX_BLOCKS`).
+    /// Q4_0's stream stays well below the read ceiling (rows of 768 and
+    /// 4096 measured); Q8_0's runs near it, and its pair form is kept to
+    /// short rows (`q8_0::AVX2_PAIR_MAX_BLOCKS`).
     ///
     /// # Safety
     ///

@@ -789,9 +789,8 @@ mod tests {
         all
     }
 
-    /// Every x86 pair kernel this CPU can run, by name.
-    /// Every pair kernel this CPU can run, and whether it is exact for an
-    /// `x` holding -128 (the AVX2 sign trick is not).
+    /// Every x86 pair kernel this CPU can run, by name, and whether it is
+    /// exact for an `x` holding -128 (the AVX2 sign trick is not).
     fn pair_kernels() -> Vec<(&'static str, Dot2Fn, bool)> {
         let mut all: Vec<(&'static str, Dot2Fn, bool)> = Vec::new();
         if SimdTier::Avx2.is_available() {
