@@ -267,6 +267,7 @@ fn select_dot2(x: &Activation<'_>) -> Option<Dot2Fn> {
 /// by side; at 4096 the two read level). Decoding stories15M (rows of
 /// 288 and 768), `pool decode --threads 1`, 7 interleaved runs: Q4_0
 /// (a Q8_0 classifier) 1027 -> 1103 tokens/s, Q8_0 962 -> 1056.
+#[cfg(target_arch = "x86_64")]
 const AVX2_PAIR_MAX_BLOCKS: usize = 16;
 
 /// A Q8_0 activation and what every row's kernel needs of it, computed
