@@ -42,8 +42,9 @@ impl Shared {
     /// ([`crate::WORTH_A_WAKE`]), the load leaves the caller its own CPU
     /// (`load::caller_short_of_a_cpu`), and either workers end their time
     /// slices between jobs (`timeslice.rs`, Linux) or the caller is not
-    /// below normal priority; or unless the wake trials found that waking
-    /// pays (`wake_trials.rs`). A worker that has not started is
+    /// below normal priority; or unless the wake trials wake them
+    /// (`wake_trials.rs`): by default where the load leaves the caller its
+    /// own CPU, else where waking measured cheaper. A worker that has not started is
     /// withdrawn, not waited for, so an awake one costs nothing if it gets
     /// no CPU; but waking a parked one then puts it on a busy CPU, most
     /// often the caller's own (with no idle CPU the scheduler places a
