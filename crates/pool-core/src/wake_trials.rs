@@ -25,10 +25,11 @@
 //!   is the other way. Beside one busy process on the Intel host the two
 //!   ways often read within a percent of each other, and the default is
 //!   what the noise of 12 ms epochs then leaves running: with awake only
-//!   as the default, the adaptive pool read 0.976x the best fixed budget
-//!   (eight runs per model) and missed the 0.97 goal in 3 of 16 runs; with
-//!   waking as the default, 0.982x and 0.984x, one miss in 16
-//!   (docs/design.md, "Waking by default where the caller has a CPU").
+//!   as the default, the adaptive pool read 0.981x and 0.975x the best
+//!   fixed budget (stories110M, stories15M; eleven alternated runs each)
+//!   and missed the 0.97 goal in 5 of 22 runs; with waking as the
+//!   default, 0.981x and 0.983x, 1 of 22 (docs/design.md, "Waking by
+//!   default where the caller has a CPU").
 //! - Where the caller is short of a CPU too (beside three busy processes,
 //!   or another decoding pool, on 2 CPUs), a woken worker takes the
 //!   caller's CPU as often as the neighbour's: the default invites awake
