@@ -44,9 +44,9 @@ impl Shared {
     /// slices between jobs (`timeslice.rs`, Linux) or the caller is not
     /// below normal priority; or unless the wake trials wake them
     /// (`wake_trials.rs`): by default where the load leaves the caller its
-    /// own CPU, else where waking measured cheaper. A worker that has not started is
-    /// withdrawn, not waited for, so an awake one costs nothing if it gets
-    /// no CPU; but waking a parked one then puts it on a busy CPU, most
+    /// own CPU, else where waking measured cheaper. A worker that has not
+    /// started is withdrawn, not waited for, so an awake one costs nothing
+    /// if it gets no CPU; but waking a parked one then puts it on a busy CPU, most
     /// often the caller's own (with no idle CPU the scheduler places a
     /// wakee beside its waker), where it takes the caller's time and few
     /// grains: for the short jobs of a short token that costs more than it
