@@ -297,18 +297,31 @@ fn with_the_caller_itself_steadily_short_of_a_cpu_no_row_job_invites_a_worker_ho
     // 120 jobs of 300 µs on the caller: long enough for the wake trials
     // to score an epoch and try waking in the next, which the rule for a
     // steadily short caller must pre-empt. Where it did not, these jobs
-    // dispatched from the trials' second epoch on.
-    let Some((width, grains, s)) = row_jobs_beside_busy_cpus(
-        "row_jobs_no_cpu_for_the_caller",
-        Load::NoCpuForTheCaller,
-        pool_core::WORTH_A_WAKE * 10,
-        0,
-        120,
-        std::time::Duration::from_micros(300),
-    ) else {
-        return;
+    // dispatched from the trials' second epoch on, in every attempt. Up
+    // to three attempts: under TSan on a loaded CI machine the 50 ms load
+    // sample once dipped below "steadily short" during the jobs, and 6 of
+    // 120 dispatched.
+    let mut dipped = Vec::new();
+    let (width, grains, s) = loop {
+        let Some((width, grains, s)) = row_jobs_beside_busy_cpus(
+            "row_jobs_no_cpu_for_the_caller",
+            Load::NoCpuForTheCaller,
+            pool_core::WORTH_A_WAKE * 10,
+            0,
+            120,
+            std::time::Duration::from_micros(300),
+        ) else {
+            return;
+        };
+        if s.dispatches_full + s.dispatches_limited == 0 || dipped.len() == 2 {
+            break (width, grains, s);
+        }
+        dipped.push(s.to_string());
     };
-    assert_eq!(grains, 120, "each job ran once, on the caller: {s}");
+    assert_eq!(
+        grains, 120,
+        "each job ran once, on the caller: {s} (earlier attempts: {dipped:?})"
+    );
     assert_eq!(width, 1, "a worker was invited: {s}");
     assert_eq!(s.dispatches_full + s.dispatches_limited, 0, "{s}");
     assert_eq!(s.jobs_inline, 120, "{s}");
