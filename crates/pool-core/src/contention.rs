@@ -46,12 +46,12 @@ impl Shared {
     /// (`wake_trials.rs`): by default where the load leaves the caller its
     /// own CPU, else where waking measured cheaper. A worker that has not
     /// started is withdrawn, not waited for, so an awake one costs nothing
-    /// if it gets no CPU; but waking a parked one then puts it on a busy CPU, most
-    /// often the caller's own (with no idle CPU the scheduler places a
-    /// wakee beside its waker), where it takes the caller's time and few
-    /// grains: for the short jobs of a short token that costs more than it
-    /// brings, unless the scheduler gives the worker a share of the busy
-    /// process's CPU instead, which the trials find out. A long job repays
+    /// if it gets no CPU; but waking a parked one then puts it on a busy
+    /// CPU, most often the caller's own (with no idle CPU the scheduler
+    /// places a wakee beside its waker), where it takes the caller's time
+    /// and few grains: for the short jobs of a short token that costs more
+    /// than it brings, unless the scheduler gives the worker a share of the
+    /// busy process's CPU instead, which the trials find out. A long job repays
     /// the wake: the worker gets a share of a busy CPU for the rest of the
     /// job. A niced caller's worker gets too small a share (nice 10: about
     /// a tenth of a CPU) to repay the joins it delays, unless it delays
