@@ -313,7 +313,7 @@ fn with_the_caller_itself_steadily_short_of_a_cpu_no_row_job_invites_a_worker_ho
         ) else {
             return;
         };
-        if s.dispatches_full + s.dispatches_limited == 0 || dipped.len() == 2 {
+        if s.dispatches() == 0 || dipped.len() == 2 {
             break (width, grains, s);
         }
         dipped.push(s.to_string());
@@ -323,7 +323,7 @@ fn with_the_caller_itself_steadily_short_of_a_cpu_no_row_job_invites_a_worker_ho
         "each job ran once, on the caller: {s} (earlier attempts: {dipped:?})"
     );
     assert_eq!(width, 1, "a worker was invited: {s}");
-    assert_eq!(s.dispatches_full + s.dispatches_limited, 0, "{s}");
+    assert_eq!(s.dispatches(), 0, "{s}");
     assert_eq!(s.jobs_inline, 120, "{s}");
     assert_eq!(s.unparks, 0, "{s}");
 }
