@@ -15,7 +15,10 @@
 //! and, if its current turn has run three quarters of the turns it has
 //! been given lately, it yields first. Its turn then ends between jobs,
 //! where the caller withdraws the seat and goes on alone instead of
-//! waiting; the scheduler still owes the worker the time it gave back.
+//! waiting. The rest of the turn is lost to the worker: Linux 6.18
+//! charges a yield beside a CPU-bound thread as if the turn had run
+//! (docs/design.md, "Where the worker's turns go beside a busy process"),
+//! which is still far cheaper than a join that waits out a whole turn.
 //!
 //! Only under foreign load (`load.rs`), where turns are short and the
 //! look (one system call, ~0.3 µs) pays; and only on Linux, whose
