@@ -8,9 +8,10 @@
 # Two always-runnable threads of equal weight split a CPU half and half,
 # so without yields the spinner reads about 0.5. On Linux 6.18 (Intel
 # host, 2026-12-07) it read 0.500 without and 0.037 with: a yield there
-# gives up the rest of the turn and is charged for it, where older
-# kernels let the yielder back soon (docs/design.md, "Where the worker's
-# turns go beside a busy process"). Needs gcc; not run in CI.
+# gives up the rest of the turn and is charged for it (docs/design.md,
+# "Where the worker's turns go beside a busy process"). Run it on each
+# host and kernel the pool's busy-machine figures come from. Needs gcc;
+# not run in CI.
 set -eu
 cpu=$(($(nproc) - 1))
 out=$(mktemp -d)
