@@ -10,11 +10,12 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-static volatile int stop;
+static atomic_int stop;
 static int yields;
 
 static double seconds(clockid_t clock) {
@@ -26,7 +27,7 @@ static double seconds(clockid_t clock) {
 static void *spin(void *arg) {
     (void)arg;
     unsigned long spins = 0;
-    while (!stop) {
+    while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
         if (yields && ++spins % 4096 == 0)
             sched_yield();
 #if defined(__x86_64__) || defined(__i386__)
@@ -63,7 +64,7 @@ int main(int argc, char **argv) {
     struct timespec three = {3, 0};
     nanosleep(&three, NULL);
     double wall1 = seconds(CLOCK_MONOTONIC), cpu1 = seconds(clock);
-    stop = 1;
+    atomic_store_explicit(&stop, 1, memory_order_relaxed);
     pthread_join(thread, NULL);
     printf("yield every 4096 spins: %s  share of CPU %d: %.3f\n", yields ? "yes" : "no ",
            cpu, (cpu1 - cpu0) / (wall1 - wall0));
